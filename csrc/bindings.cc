@@ -1,0 +1,112 @@
+// The only pybind11 module: r2cc_serve._C. Tensors cross as (data_ptr, count);
+// every blocking call releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "collectives.h"
+#include "net.h"
+#include "transport.h"
+
+namespace py = pybind11;
+using namespace r2cc;
+
+namespace {
+template <typename T>
+T* ptr(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "r2cc C++ core: multi-rail transport and collectives";
+  py::register_exception<AbortedError>(m, "AbortedError", PyExc_RuntimeError);
+
+  py::enum_<DType>(m, "DType")
+      .value("f32", DType::kF32).value("f16", DType::kF16).value("bf16", DType::kBF16)
+      .value("i32", DType::kI32).value("i64", DType::kI64);
+  py::enum_<RedOp>(m, "RedOp").value("sum", RedOp::kSum).value("max", RedOp::kMax).value("min", RedOp::kMin);
+
+  py::class_<TransportOptions>(m, "TransportOptions")
+      .def(py::init<>())
+      .def_readwrite("chunk_bytes", &TransportOptions::chunk_bytes)
+      .def_readwrite("window_bytes", &TransportOptions::window_bytes)
+      .def_readwrite("heartbeat_ms", &TransportOptions::heartbeat_ms)
+      .def_readwrite("rail_timeout_ms", &TransportOptions::rail_timeout_ms)
+      .def_readwrite("probe_interval_ms", &TransportOptions::probe_interval_ms)
+      .def_readwrite("all_down_grace_ms", &TransportOptions::all_down_grace_ms)
+      .def_readwrite("connect_timeout_s", &TransportOptions::connect_timeout_s)
+      .def_readwrite("op_timeout_s", &TransportOptions::op_timeout_s)
+      .def_readwrite("small_msg_bytes", &TransportOptions::small_msg_bytes);
+
+  py::class_<ConnStats>(m, "ConnStats")
+      .def_readonly("peer", &ConnStats::peer)
+      .def_readonly("rail", &ConnStats::rail)
+      .def_readonly("state", &ConnStats::state)
+      .def_readonly("held", &ConnStats::held)
+      .def_readonly("bytes_sent", &ConnStats::bytes_sent)
+      .def_readonly("bytes_recv", &ConnStats::bytes_recv)
+      .def_readonly("chunks_sent", &ConnStats::chunks_sent)
+      .def_readonly("chunks_resent", &ConnStats::chunks_resent)
+      .def_readonly("bytes_resent", &ConnStats::bytes_resent)
+      .def_readonly("failovers", &ConnStats::failovers)
+      .def_readonly("reconnects", &ConnStats::reconnects)
+      .def_readonly("inflight_bytes", &ConnStats::inflight_bytes)
+      .def_readonly("bandwidth_Bps", &ConnStats::bandwidth_Bps)
+      .def_readonly("rtt_s", &ConnStats::rtt_s)
+      .def_readonly("last_detect_s", &ConnStats::last_detect_s)
+      .def_readonly("last_error", &ConnStats::last_error)
+      .def_readonly("last_error_time", &ConnStats::last_error_time);
+
+  py::class_<Counters>(m, "Counters")
+      .def_readonly("rejected_handshakes", &Counters::rejected_handshakes)
+      .def_readonly("failovers", &Counters::failovers)
+      .def_readonly("chunks_resent", &Counters::chunks_resent)
+      .def_readonly("bytes_resent", &Counters::bytes_resent);
+
+  using gil = py::call_guard<py::gil_scoped_release>;
+  py::class_<Transport>(m, "Transport")
+      .def(py::init([](int rank, int world, std::vector<std::string> rail_ips, std::string netns, py::bytes secret,
+                       uint64_t group_hash, TransportOptions opt) {
+             return new Transport(rank, world, std::move(rail_ips), std::move(netns), std::string(secret), group_hash,
+                                  opt);
+           }),
+           py::arg("rank"), py::arg("world"), py::arg("rail_ips"), py::arg("netns"), py::arg("secret"),
+           py::arg("group_hash"), py::arg("options"))
+      .def_property_readonly("rank", &Transport::rank)
+      .def_property_readonly("world", &Transport::world)
+      .def_property_readonly("num_rails", &Transport::num_rails)
+      .def("listen_ports", &Transport::listen_ports)
+      .def("connect_all", &Transport::connect_all, gil())
+      .def("drain_rail", &Transport::drain_rail)
+      .def("undrain_rail", &Transport::undrain_rail)
+      .def("failover_rail", &Transport::failover_rail)
+      .def("restore_rail", &Transport::restore_rail)
+      .def("abort", &Transport::abort)
+      .def("error", &Transport::error)
+      .def("stats", &Transport::stats)
+      .def("counters", &Transport::counters)
+      .def("close", &Transport::close, gil())
+      .def("all_reduce", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op,
+                            size_t slice) { all_reduce(t, ptr<void>(in), ptr<void>(out), count, dt, op, slice); }, gil())
+      .def("all_gather", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt) {
+             all_gather(t, ptr<void>(in), ptr<void>(out), count, dt); }, gil())
+      .def("reduce_scatter", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {
+             reduce_scatter(t, ptr<void>(in), ptr<void>(out), count, dt, op); }, gil())
+      .def("gather", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, int root) {
+             gather(t, ptr<void>(in), ptr<void>(out), count, dt, root); }, gil())
+      .def("broadcast", [](Transport& t, uintptr_t buf, size_t bytes, int root) {
+             broadcast(t, ptr<void>(buf), bytes, root); }, gil())
+      .def("send", [](Transport& t, uintptr_t buf, size_t bytes, int peer) { send(t, ptr<void>(buf), bytes, peer); }, gil())
+      .def("recv", [](Transport& t, uintptr_t buf, size_t bytes, int peer) { recv(t, ptr<void>(buf), bytes, peer); }, gil());
+
+  m.def("iface_ipv4", [](const std::string& ifname, const std::string& netns) {
+    ScopedNetns in_ns(netns);
+    return iface_ipv4(ifname);
+  }, py::arg("ifname"), py::arg("netns") = "", "IPv4 address of an interface (inside netns if given); '' if none.");
+
+  m.def("reduce_in_order", [](DType dt, RedOp op, uintptr_t out, std::vector<uintptr_t> inputs, size_t count) {
+    std::vector<const void*> in;
+    for (auto p : inputs) in.push_back(ptr<const void>(p));
+    reduce_in_order(dt, op, ptr<void>(out), in.data(), int(in.size()), count);
+  }, py::call_guard<py::gil_scoped_release>());
+}

@@ -1,0 +1,150 @@
+#include "collectives.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace r2cc {
+namespace {
+
+// Element range [begin, end) of part `i` when `count` is cut into `n` near-equal parts.
+struct Range {
+  size_t begin, end;
+  size_t size() const { return end - begin; }
+};
+Range part(size_t count, size_t n, size_t i) { return Range{count * i / n, count * (i + 1) / n}; }
+
+void wait_all(Transport& t, const std::vector<Op>& ops) {
+  for (auto& op : ops) t.wait(op);
+}
+
+void check_root(const Transport& t, int root) {
+  if (root < 0 || root >= t.world())
+    throw std::invalid_argument("r2cc: root rank " + std::to_string(root) + " is outside the group of " +
+                                std::to_string(t.world()));
+}
+
+}  // namespace
+
+void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op, size_t slice_bytes) {
+  const int p = t.world(), me = t.rank();
+  const size_t es = dtype_size(dt);
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  if (p == 1 || count == 0) {
+    if (dst != src) std::memmove(dst, src, count * es);
+    return;
+  }
+  size_t max_seg = 0;
+  for (int r = 0; r < p; ++r) max_seg = std::max(max_seg, part(count, p, r).size());
+  const size_t nslices = std::max<size_t>(1, (max_seg * es + slice_bytes - 1) / std::max<size_t>(slice_bytes, 1));
+  auto slice = [&](int seg_owner, size_t j) {
+    Range s = part(count, p, seg_owner);
+    Range r = part(s.size(), nslices, j);
+    return Range{s.begin + r.begin, s.begin + r.end};
+  };
+  // Other ranks' copies of my segment, laid out by rank.
+  std::vector<char> contrib(size_t(p) * max_seg * es);
+  const Range mine = part(count, p, me);
+  auto contrib_at = [&](int r, const Range& rg) { return contrib.data() + (size_t(r) * max_seg + (rg.begin - mine.begin)) * es; };
+
+  std::vector<std::vector<Op>> rs_recv(nslices);
+  std::vector<Op> sends, ag_recv;
+  for (size_t j = 0; j < nslices; ++j)
+    for (int k = 1; k < p; ++k) {
+      const int q = (me + k) % p;
+      Range rg = slice(me, j);
+      rs_recv[j].push_back(t.post_recv(q, contrib_at(q, rg), rg.size() * es));
+    }
+  for (size_t j = 0; j < nslices; ++j)
+    for (int k = 1; k < p; ++k) {
+      const int q = (me + k) % p;
+      Range rg = slice(q, j);
+      ag_recv.push_back(t.post_recv(q, dst + rg.begin * es, rg.size() * es));
+    }
+  for (size_t j = 0; j < nslices; ++j)
+    for (int k = 1; k < p; ++k) {
+      const int q = (me + k) % p;
+      Range rg = slice(q, j);
+      sends.push_back(t.post_send(q, src + rg.begin * es, rg.size() * es));
+    }
+  std::vector<const void*> inputs(p);
+  for (size_t j = 0; j < nslices; ++j) {
+    wait_all(t, rs_recv[j]);
+    Range rg = slice(me, j);
+    for (int r = 0; r < p; ++r) inputs[r] = r == me ? src + rg.begin * es : contrib_at(r, rg);
+    reduce_in_order(dt, op, dst + rg.begin * es, inputs.data(), p, rg.size());
+    for (int k = 1; k < p; ++k) sends.push_back(t.post_send((me + k) % p, dst + rg.begin * es, rg.size() * es));
+  }
+  wait_all(t, ag_recv);
+  wait_all(t, sends);
+}
+
+void all_gather(Transport& t, const void* in, void* out, size_t count, DType dt) {
+  const int p = t.world(), me = t.rank();
+  const size_t bytes = count * dtype_size(dt);
+  char* dst = static_cast<char*>(out);
+  if (dst + size_t(me) * bytes != in) std::memmove(dst + size_t(me) * bytes, in, bytes);
+  std::vector<Op> ops;
+  for (int k = 1; k < p; ++k) {
+    const int q = (me + k) % p;
+    ops.push_back(t.post_recv(q, dst + size_t(q) * bytes, bytes));
+  }
+  for (int k = 1; k < p; ++k) ops.push_back(t.post_send((me + k) % p, dst + size_t(me) * bytes, bytes));
+  wait_all(t, ops);
+}
+
+void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op) {
+  const int p = t.world(), me = t.rank();
+  const size_t es = dtype_size(dt), bytes = count * es;
+  const char* src = static_cast<const char*>(in);
+  std::vector<char> contrib(size_t(p) * bytes);
+  std::vector<Op> recvs, sends;
+  for (int k = 1; k < p; ++k) {
+    const int q = (me + k) % p;
+    recvs.push_back(t.post_recv(q, contrib.data() + size_t(q) * bytes, bytes));
+  }
+  for (int k = 1; k < p; ++k) {
+    const int q = (me + k) % p;
+    sends.push_back(t.post_send(q, src + size_t(q) * bytes, bytes));
+  }
+  wait_all(t, recvs);
+  std::vector<const void*> inputs(p);
+  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src + size_t(me) * bytes : contrib.data() + size_t(r) * bytes;
+  reduce_in_order(dt, op, out, inputs.data(), p, count);
+  wait_all(t, sends);
+}
+
+void gather(Transport& t, const void* in, void* out, size_t count, DType dt, int root) {
+  check_root(t, root);
+  const int p = t.world(), me = t.rank();
+  const size_t bytes = count * dtype_size(dt);
+  if (me != root) {
+    t.wait(t.post_send(root, in, bytes));
+    return;
+  }
+  char* dst = static_cast<char*>(out);
+  if (dst + size_t(me) * bytes != in) std::memmove(dst + size_t(me) * bytes, in, bytes);
+  std::vector<Op> ops;
+  for (int q = 0; q < p; ++q)
+    if (q != me) ops.push_back(t.post_recv(q, dst + size_t(q) * bytes, bytes));
+  wait_all(t, ops);
+}
+
+void broadcast(Transport& t, void* buf, size_t bytes, int root) {
+  check_root(t, root);
+  const int p = t.world(), me = t.rank();
+  if (me != root) {
+    t.wait(t.post_recv(root, buf, bytes));
+    return;
+  }
+  std::vector<Op> ops;
+  for (int k = 1; k < p; ++k) ops.push_back(t.post_send((me + k) % p, buf, bytes));
+  wait_all(t, ops);
+}
+
+void send(Transport& t, const void* buf, size_t bytes, int peer) { t.wait(t.post_send(peer, buf, bytes)); }
+
+void recv(Transport& t, void* buf, size_t bytes, int peer) { t.wait(t.post_recv(peer, buf, bytes)); }
+
+}  // namespace r2cc

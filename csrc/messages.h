@@ -1,0 +1,59 @@
+// In-flight message records shared by the transport's threads. All fields are
+// guarded by Transport::mu_ except the payload bytes themselves.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace r2cc {
+
+inline size_t num_chunks(size_t len, size_t chunk) { return len == 0 ? 0 : (len + chunk - 1) / chunk; }
+
+// Chunk size for a message: large messages use the configured chunk; smaller ones
+// are still cut so that every rail gets a share.
+inline size_t chunk_size_for(size_t len, size_t max_chunk, int rails) {
+  const size_t min_chunk = 16 * 1024;
+  size_t per_rail = (len + size_t(rails) - 1) / size_t(rails);
+  size_t c = per_rail < max_chunk ? per_rail : max_chunk;
+  if (c < min_chunk) c = min_chunk;
+  return c;
+}
+
+struct OutMsg {
+  int peer = -1;
+  uint64_t seq = 0;
+  const char* data = nullptr;
+  std::vector<char> owned;  // copy for small sends, so the caller's buffer is free at once
+  size_t len = 0, chunk = 0, nchunks = 0;
+  std::vector<uint8_t> acked;
+  std::vector<int8_t> on_rail;  // rail currently carrying each chunk, -1 if queued/acked
+  size_t nacked = 0;
+  bool done = false;
+  size_t chunk_len(size_t idx) const { return idx + 1 < nchunks ? chunk : len - idx * chunk; }
+};
+
+// Chunk receive states: claimed = a reader is writing it into the buffer now.
+enum : uint8_t { kChunkNone = 0, kChunkClaimed = 1, kChunkDone = 2 };
+
+struct InMsg {
+  uint64_t seq = 0;
+  size_t len = 0, chunk = 0, nchunks = 0;
+  char* data = nullptr;      // where chunks land: the user's buffer or the stash
+  char* user = nullptr;      // user's buffer once posted
+  std::vector<char> stash;   // chunks that arrived before the receive was posted
+  bool posted = false;
+  bool known = false;        // the first frame told us len/chunk
+  std::vector<uint8_t> state;
+  std::map<size_t, std::vector<char>> pending;  // duplicates read while another rail held the claim
+  size_t nrecv = 0;
+  bool done = false;
+  std::string error;
+};
+
+}  // namespace r2cc

@@ -1,0 +1,217 @@
+#include "net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+namespace r2cc {
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+std::string errno_str(int err) { return std::string(strerror(err)); }
+
+ScopedNetns::ScopedNetns(const std::string& path) {
+  if (path.empty()) return;
+  saved_fd_ = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (saved_fd_ < 0) throw std::runtime_error("r2cc: cannot open /proc/thread-self/ns/net: " + errno_str(errno));
+  enter_netns_forever(path);
+}
+
+ScopedNetns::~ScopedNetns() {
+  if (saved_fd_ < 0) return;
+  setns(saved_fd_, CLONE_NEWNET);
+  close(saved_fd_);
+}
+
+void enter_netns_forever(const std::string& path) {
+  if (path.empty()) return;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw std::runtime_error("r2cc: network namespace " + path + " not found (" + errno_str(errno) +
+                             "); is the lab up? (`r2cc lab status`)");
+  int rc = setns(fd, CLONE_NEWNET);
+  int err = errno;
+  close(fd);
+  if (rc != 0)
+    throw std::runtime_error("r2cc: cannot enter network namespace " + path + ": " + errno_str(err) +
+                             " (entering a namespace needs root / CAP_SYS_ADMIN)");
+}
+
+std::string iface_ipv4(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string out;
+  for (ifaddrs* it = list; it; it = it->ifa_next) {
+    if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET || ifname != it->ifa_name) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf, sizeof(buf));
+    out = buf;
+    break;
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+static sockaddr_in make_addr(const std::string& ip, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1)
+    throw std::runtime_error("r2cc: '" + ip + "' is not an IPv4 address");
+  return a;
+}
+
+static void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+int listen_on(const std::string& ip, int* port) {
+  sockaddr_in a = make_addr(ip, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("r2cc: socket(): " + errno_str(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 128) != 0) {
+    int err = errno;
+    close(fd);
+    throw std::runtime_error("r2cc: cannot listen on " + ip + ": " + errno_str(err) +
+                             " (is that address configured on this host / namespace?)");
+  }
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  set_nonblocking(fd);
+  return fd;
+}
+
+void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Unacknowledged data on a dead path errors out instead of retrying for ~15 min;
+  // detection itself is the application heartbeat, this is only the backstop.
+  unsigned int user_timeout_ms = 5000;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+  set_nonblocking(fd);
+}
+
+int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms, std::string* err) {
+  sockaddr_in dst = make_addr(ip, port);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = "socket(): " + errno_str(errno);
+    return -1;
+  }
+  if (!local_ip.empty()) {
+    sockaddr_in src = make_addr(local_ip, 0);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
+      *err = "bind " + local_ip + ": " + errno_str(errno);
+      close(fd);
+      return -1;
+    }
+  }
+  tune_socket(fd);
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst));
+  if (rc != 0 && errno != EINPROGRESS) {
+    *err = "connect " + ip + ":" + std::to_string(port) + ": " + errno_str(errno);
+    close(fd);
+    return -1;
+  }
+  if (rc != 0) {
+    pollfd p{fd, POLLOUT, 0};
+    int n = poll(&p, 1, timeout_ms);
+    int soerr = 0;
+    socklen_t len = sizeof(soerr);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+    if (n <= 0 || soerr != 0) {
+      *err = "connect " + ip + ":" + std::to_string(port) + ": " +
+             (n <= 0 ? std::string("timed out after ") + std::to_string(timeout_ms) + " ms" : errno_str(soerr));
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
+                      const std::function<void()>& on_progress) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= size_t(r);
+      if (on_progress) on_progress();
+      continue;
+    }
+    if (r == 0) return "connection closed by peer";
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return "recv: " + errno_str(errno);
+    if (should_stop && should_stop()) return "stopped";
+    pollfd pf{fd, POLLIN, 0};
+    poll(&pf, 1, poll_ms);
+  }
+  return "";
+}
+
+std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
+                        const std::function<bool()>& should_stop) {
+  iovec iov[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
+  int idx = 0;
+  while (idx < 2) {
+    if (iov[idx].iov_len == 0) {
+      ++idx;
+      continue;
+    }
+    msghdr msg{};
+    msg.msg_iov = &iov[idx];
+    msg.msg_iovlen = size_t(2 - idx);
+    ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w >= 0) {
+      size_t left = size_t(w);
+      while (idx < 2 && left >= iov[idx].iov_len) {
+        left -= iov[idx].iov_len;
+        iov[idx].iov_len = 0;
+        ++idx;
+      }
+      if (idx < 2) {
+        iov[idx].iov_base = static_cast<char*>(iov[idx].iov_base) + left;
+        iov[idx].iov_len -= left;
+      }
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return "send: " + errno_str(errno);
+    if (should_stop && should_stop()) return "stopped";
+    pollfd pf{fd, POLLOUT, 0};
+    poll(&pf, 1, poll_ms);
+  }
+  return "";
+}
+
+std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop) {
+  return writev_full(fd, buf, n, nullptr, 0, poll_ms, should_stop);
+}
+
+int bytes_readable(int fd) {
+  int n = 0;
+  if (ioctl(fd, FIONREAD, &n) != 0) return 0;
+  return n;
+}
+
+}  // namespace r2cc

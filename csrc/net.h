@@ -1,0 +1,60 @@
+// Socket and network-namespace helpers. Every blocking call takes a deadline or
+// an abort predicate: nothing here waits forever.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace r2cc {
+
+int64_t now_ns();
+
+// Enters the network namespace at `path` (e.g. /var/run/netns/r2cc-h0) on the
+// calling thread for the lifetime of the object; empty path = no-op.
+// Throws std::runtime_error naming the namespace when it cannot.
+class ScopedNetns {
+ public:
+  explicit ScopedNetns(const std::string& path);
+  ~ScopedNetns();
+  ScopedNetns(const ScopedNetns&) = delete;
+  ScopedNetns& operator=(const ScopedNetns&) = delete;
+
+ private:
+  int saved_fd_ = -1;
+};
+
+// Moves the calling thread into `path` for good (threads that create sockets
+// for a rank whose rails live in a lab host). Empty path = no-op.
+void enter_netns_forever(const std::string& path);
+
+// IPv4 address of interface `ifname` in the current namespace; "" if none.
+std::string iface_ipv4(const std::string& ifname);
+
+// Listening TCP socket bound to ip:0 (non-blocking). Returns fd; *port gets the port.
+int listen_on(const std::string& ip, int* port);
+
+// Non-blocking connect from local_ip to ip:port within timeout_ms. Returns fd or -1
+// with *err describing why (for the rail's last_error).
+int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms,
+               std::string* err);
+
+// Sets the data-socket options every rail uses (nodelay, non-blocking, user timeout).
+void tune_socket(int fd);
+
+// Reads/writes exactly n bytes on a non-blocking fd. Polls in slices of
+// poll_ms and gives up when should_stop() turns true or on socket error.
+// Returns "" on success, otherwise a description of the failure.
+std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
+                      const std::function<void()>& on_progress = nullptr);
+std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop);
+std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
+                        const std::function<bool()>& should_stop);
+
+// Bytes waiting in the socket's receive queue (0 on error).
+int bytes_readable(int fd);
+
+std::string errno_str(int err);
+
+}  // namespace r2cc

@@ -1,0 +1,57 @@
+// Wire format of one rail connection. Version it: a peer speaking another
+// version is rejected at the handshake, never misread.
+#pragma once
+
+#include <cstdint>
+
+namespace r2cc {
+
+constexpr uint32_t kFrameMagic = 0x52324343;  // "R2CC"
+constexpr uint32_t kProtocolVersion = 1;
+
+enum class FrameType : uint32_t {
+  kData = 1,           // seq, offset, total, len payload bytes follow
+  kAck = 2,            // seq, offset = chunk index: that chunk is in the receiver's buffer
+  kAckAll = 3,         // seq: the whole message was received
+  kHeartbeat = 4,      // offset = sender's clock (ns); answered by kHeartbeatEcho
+  kHeartbeatEcho = 5,  // offset = the clock value being echoed (round-trip time)
+  kAbort = 6,          // len bytes of reason follow; the group is dead
+  kDrain = 7,          // the sender drained this rail: stop putting new chunks on it
+  kUndrain = 8,
+};
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t type;
+  uint64_t seq;
+  uint64_t offset;
+  uint64_t total;        // message length (kData)
+  uint32_t len;          // payload bytes after the header
+  uint32_t chunk_bytes;  // chunk size of the message (kData), so the receiver can index chunks
+};
+static_assert(sizeof(FrameHeader) == 40, "frame header must stay 40 bytes");
+
+// Handshake, listener speaks first. Each side proves knowledge of the group secret
+// by a keyed MAC over the other side's fresh nonce; the secret never crosses the wire.
+struct HelloListener {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t nonce[16];
+};
+struct HelloConnector {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t group_hash;
+  uint32_t rank;
+  uint32_t rail;
+  uint8_t nonce[16];
+  uint64_t mac;  // siphash(secret, "C" | listener nonce | rank | rail)
+};
+enum class HelloStatus : uint32_t { kOk = 0, kRailHeld = 1, kRejected = 2 };
+struct HelloReply {
+  uint32_t status;
+  uint32_t rank;
+  uint64_t mac;  // siphash(secret, "L" | connector nonce | rank | rail)
+};
+
+}  // namespace r2cc

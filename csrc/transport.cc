@@ -1,0 +1,524 @@
+// Transport life cycle: listening, handshakes, (re)connecting, failure handling,
+// watchdog, operator actions and stats. The byte-moving loops are in transport_io.cc.
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include "net.h"
+#include "siphash.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+const char* rail_state_name(RailState s) {
+  switch (s) {
+    case RailState::kConnecting: return "connecting";
+    case RailState::kUp: return "up";
+    case RailState::kDraining: return "draining";
+    case RailState::kDrained: return "drained";
+    case RailState::kDown: return "down";
+    case RailState::kRecovering: return "recovering";
+  }
+  return "?";
+}
+
+namespace {
+
+double unix_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+void random_nonce(uint8_t out[16]) {
+  std::random_device rd;
+  for (int i = 0; i < 16; i += 4) {
+    uint32_t v = rd();
+    std::memcpy(out + i, &v, 4);
+  }
+}
+
+uint64_t handshake_mac(const uint8_t key[16], char side, const uint8_t nonce[16], uint32_t rank, uint32_t rail) {
+  uint8_t buf[1 + 16 + 4 + 4];
+  buf[0] = uint8_t(side);
+  std::memcpy(buf + 1, nonce, 16);
+  std::memcpy(buf + 17, &rank, 4);
+  std::memcpy(buf + 21, &rail, 4);
+  return siphash24(key, buf, sizeof(buf));
+}
+
+constexpr int kHandshakeTimeoutMs = 1000;
+
+}  // namespace
+
+Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std::string netns, std::string secret,
+                     uint64_t group_hash, TransportOptions opt)
+    : rank_(rank), world_(world), rail_ips_(std::move(rail_ips)), netns_(std::move(netns)),
+      group_hash_(group_hash), opt_(opt) {
+  if (world_ < 1 || rank_ < 0 || rank_ >= world_)
+    throw std::invalid_argument("r2cc: rank " + std::to_string(rank) + " is outside world size " +
+                                std::to_string(world));
+  if (rail_ips_.empty()) throw std::invalid_argument("r2cc: at least one rail is needed");
+  if (secret.size() < 16) throw std::invalid_argument("r2cc: the group secret must be at least 16 bytes");
+  std::memcpy(key_, secret.data(), 16);
+  const int R = num_rails();
+  rail_drained_.assign(R, false);
+  rail_held_.assign(R, false);
+  for (int p = 0; p < world_; ++p) {
+    auto peer = std::make_unique<Peer>();
+    peer->rank = p;
+    for (int r = 0; r < R; ++r) {
+      auto c = std::make_unique<Conn>();
+      c->peer = p;
+      c->rail = r;
+      c->we_connect = rank_ > p;
+      c->st.peer = p;
+      c->st.rail = r;
+      peer->conns.push_back(std::move(c));
+    }
+    peers_.push_back(std::move(peer));
+  }
+  ScopedNetns in_ns(netns_);
+  for (int r = 0; r < R; ++r) {
+    int port = 0;
+    listen_fds_.push_back(listen_on(rail_ips_[r], &port));
+    ports_.push_back(port);
+  }
+}
+
+Transport::~Transport() { close(); }
+
+void Transport::connect_all(const std::vector<std::vector<std::pair<std::string, int>>>& peer_addrs) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (connect_started_) throw std::logic_error("r2cc: connect_all called twice");
+    connect_started_ = true;
+    peer_addrs_ = peer_addrs;
+  }
+  for (int r = 0; r < num_rails(); ++r) threads_.emplace_back([this, r] { accept_loop(r); });
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    for (auto& c : p->conns) {
+      Conn* cp = c.get();
+      threads_.emplace_back([this, cp] { reader_loop(*cp); });
+      threads_.emplace_back([this, cp] { writer_loop(*cp); });
+    }
+  }
+  threads_.emplace_back([this] { connector_loop(); });
+  threads_.emplace_back([this] { watchdog_loop(); });
+
+  const int64_t deadline = now_ns() + int64_t(opt_.connect_timeout_s * 1e9);
+  std::unique_lock<std::mutex> lk(mu_);
+  auto all_up = [&] {
+    for (auto& p : peers_)
+      if (p->rank != rank_)
+        for (auto& c : p->conns)
+          if (!is_connected(c->state)) return false;
+    return true;
+  };
+  while (!all_up() && now_ns() < deadline && error_.empty())
+    done_cv_.wait_for(lk, std::chrono::milliseconds(20));
+  if (!error_.empty()) throw std::runtime_error(error_);
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    if (!peer_has_link_locked(*p)) {
+      std::string why;
+      for (auto& c : p->conns) why += " rail" + std::to_string(c->rail) + ": " + c->st.last_error + ";";
+      throw std::runtime_error("r2cc: no rail to rank " + std::to_string(p->rank) + " came up within " +
+                               std::to_string(opt_.connect_timeout_s) + " s (" + why +
+                               " ) Check that every rank started and that the rail addresses are reachable.");
+    }
+  }
+}
+
+// ---- accepting side --------------------------------------------------------
+
+void Transport::accept_loop(int rail) {
+  const int lfd = listen_fds_[rail];
+  while (!stopping_) {
+    pollfd p{lfd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    tune_socket(fd);
+    // A slow or hostile client must not hold up the accept loop.
+    handshakes_active_++;
+    std::thread([this, fd, rail] {
+      handshake_incoming(fd, rail);
+      handshakes_active_--;
+    }).detach();
+  }
+}
+
+void Transport::handshake_incoming(int fd, int rail) {
+  auto stop = [this] { return stopping_.load(); };
+  const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
+  auto timed_stop = [&] { return stop() || now_ns() > deadline; };
+  HelloListener hl{kFrameMagic, kProtocolVersion, {}};
+  random_nonce(hl.nonce);
+  HelloConnector hc{};
+  bool ok = write_full(fd, &hl, sizeof(hl), 20, timed_stop).empty() &&
+            read_full(fd, &hc, sizeof(hc), 20, timed_stop).empty() && hc.magic == kFrameMagic &&
+            hc.version == kProtocolVersion && hc.group_hash == group_hash_ && int(hc.rank) < world_ &&
+            int(hc.rank) > rank_ && int(hc.rail) == rail &&
+            hc.mac == handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
+  if (!ok) {
+    std::lock_guard<std::mutex> g(mu_);
+    counters_.rejected_handshakes++;
+    ::close(fd);
+    return;
+  }
+  HelloReply rep{uint32_t(HelloStatus::kOk), uint32_t(rank_), handshake_mac(key_, 'L', hc.nonce, rank_, rail)};
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (rail_held_[rail] || stopping_) rep.status = uint32_t(HelloStatus::kRailHeld);
+  }
+  if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).empty() || rep.status != uint32_t(HelloStatus::kOk)) {
+    ::close(fd);
+    return;
+  }
+  install(*peers_[hc.rank]->conns[rail], fd);
+}
+
+// ---- connecting side -------------------------------------------------------
+
+void Transport::connector_loop() {
+  try {
+    enter_netns_forever(netns_);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    set_error_locked(e.what());
+    return;
+  }
+  while (!stopping_) {
+    std::vector<Conn*> todo;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      const int64_t now = now_ns();
+      for (auto& p : peers_)
+        for (auto& c : p->conns)
+          if (c->we_connect && !is_connected(c->state) && !rail_held_[c->rail] &&
+              (c->state == RailState::kConnecting || now - c->last_probe_ns >= int64_t(opt_.probe_interval_ms) * 1000000))
+            todo.push_back(c.get());
+    }
+    for (Conn* c : todo) {
+      if (stopping_) break;
+      try_connect(*c);
+    }
+    // Short sleep: the first connects of a group race the peers' listeners.
+    struct timespec ts{0, 10 * 1000000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+bool Transport::try_connect(Conn& c) {
+  std::string local_ip = rail_ips_[c.rail];
+  std::string ip;
+  int port;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    c.last_probe_ns = now_ns();
+    ip = peer_addrs_[c.peer][c.rail].first;
+    port = peer_addrs_[c.peer][c.rail].second;
+  }
+  std::string err;
+  int fd = connect_to(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
+  auto note = [&](const std::string& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (c.state == RailState::kRecovering) c.state = RailState::kDown;
+    if (c.state != RailState::kConnecting) {
+      c.st.last_error = "reconnect: " + e;
+      c.st.last_error_time = unix_now();
+    } else {
+      c.st.last_error = e;
+    }
+  };
+  if (fd < 0) {
+    note(err);
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (c.state == RailState::kDown) c.state = RailState::kRecovering;
+  }
+  const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
+  auto timed_stop = [&] { return stopping_.load() || now_ns() > deadline; };
+  HelloListener hl{};
+  if (!read_full(fd, &hl, sizeof(hl), 20, timed_stop).empty() || hl.magic != kFrameMagic ||
+      hl.version != kProtocolVersion) {
+    ::close(fd);
+    note("handshake: no valid greeting from rank " + std::to_string(c.peer));
+    return false;
+  }
+  HelloConnector hc{kFrameMagic, kProtocolVersion, group_hash_, uint32_t(rank_), uint32_t(c.rail), {}, 0};
+  random_nonce(hc.nonce);
+  hc.mac = handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
+  HelloReply rep{};
+  if (!write_full(fd, &hc, sizeof(hc), 20, timed_stop).empty() ||
+      !read_full(fd, &rep, sizeof(rep), 20, timed_stop).empty()) {
+    ::close(fd);
+    note("handshake with rank " + std::to_string(c.peer) + " failed (wrong group secret or peer restarting)");
+    return false;
+  }
+  if (rep.status != uint32_t(HelloStatus::kOk) || int(rep.rank) != c.peer ||
+      rep.mac != handshake_mac(key_, 'L', hc.nonce, uint32_t(c.peer), uint32_t(c.rail))) {
+    ::close(fd);
+    note(rep.status == uint32_t(HelloStatus::kRailHeld) ? "peer holds this rail out (operator failover)"
+                                                         : "peer failed authentication");
+    return false;
+  }
+  install(c, fd);
+  return true;
+}
+
+void Transport::install(Conn& c, int fd) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopping_) {
+    ::close(fd);
+    return;
+  }
+  if (is_connected(c.state)) fail_conn_locked(c, c.epoch.load(), "replaced by a new connection from rank " + std::to_string(c.peer));
+  if (c.fd >= 0 && c.fd_users[c.fd] == 0) {
+    ::close(c.fd);
+    c.fd_users.erase(c.fd);
+  }
+  const bool first = c.state == RailState::kConnecting;
+  c.fd = fd;
+  c.epoch++;
+  c.state = rail_drained_[c.rail] ? RailState::kDrained : RailState::kUp;
+  c.peer_drained = false;
+  c.ctrl.clear();
+  c.last_rx_ns = now_ns();
+  c.last_tx_ns = 0;
+  if (!first) c.st.reconnects++;
+  if (rail_drained_[c.rail]) c.ctrl.push_back(FrameHeader{kFrameMagic, uint32_t(FrameType::kDrain), 0, 0, 0, 0, 0});
+  Peer& p = *peers_[c.peer];
+  p.no_link_since_ns = 0;
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+// ---- failure ---------------------------------------------------------------
+
+bool Transport::peer_has_link_locked(const Peer& p) const {
+  for (auto& c : p.conns)
+    if (is_connected(c->state)) return true;
+  return false;
+}
+
+void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason) {
+  if (c.epoch.load() != epoch || !is_connected(c.state)) return;
+  // Shut the socket down before re-queueing: after this no byte of a re-queued
+  // chunk can still leave through the dead connection.
+  ::shutdown(c.fd, SHUT_RDWR);
+  Peer& p = *peers_[c.peer];
+  c.state = RailState::kDown;
+  c.epoch++;  // the reader/writer of the old socket stand down
+  const int64_t now = now_ns();
+  c.st.failovers++;
+  counters_.failovers++;
+  c.st.last_error = reason;
+  c.st.last_error_time = unix_now();
+  c.st.last_detect_s = double(now - c.last_rx_ns.load()) * 1e-9;
+  c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
+  // Re-queue un-acknowledged chunks at the front, in order.
+  for (auto it = c.inflight.rbegin(); it != c.inflight.rend(); ++it) {
+    auto m = p.out.find(it->first);
+    if (m == p.out.end() || m->second->acked[it->second]) continue;
+    m->second->on_rail[it->second] = -1;
+    p.queue.push_front(Chunk{m->second, it->second});
+    const size_t bytes = m->second->chunk_len(it->second);
+    c.st.chunks_resent++;
+    c.st.bytes_resent += bytes;
+    counters_.chunks_resent++;
+    counters_.bytes_resent += bytes;
+  }
+  c.inflight.clear();
+  if (c.busy_since_ns) c.busy_ns += now - c.busy_since_ns;
+  c.busy_since_ns = 0;
+  c.inflight_bytes = 0;
+  for (auto& a : c.acks_carried) p.acks.push_back(a.second);
+  c.acks_carried.clear();
+  // Receives this rail was in the middle of: release their claims.
+  if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+void Transport::set_error_locked(const std::string& reason) {
+  if (!error_.empty()) return;
+  error_ = reason;
+  for (auto& p : peers_)
+    for (auto& c : p->conns)
+      if (is_connected(c->state)) c->ctrl_abort = reason;
+  for (auto& p : peers_) p->cv.notify_all();
+  done_cv_.notify_all();
+}
+
+void Transport::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  set_error_locked(reason);
+}
+
+std::string Transport::error() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return error_;
+}
+
+void Transport::watchdog_loop() {
+  const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
+  const int64_t grace_ns = int64_t(opt_.all_down_grace_ms) * 1000000;
+  while (!stopping_) {
+    struct timespec ts{0, 2 * 1000000};
+    nanosleep(&ts, nullptr);
+    std::lock_guard<std::mutex> g(mu_);
+    const int64_t now = now_ns();
+    for (auto& p : peers_) {
+      if (p->rank == rank_) continue;
+      for (auto& c : p->conns) {
+        if (!is_connected(c->state)) continue;
+        const int64_t silent = now - c->last_rx_ns.load();
+        // Bytes already queued in the kernel mean the peer is alive and our reader
+        // is just slow to run (two cores): not a rail failure.
+        if (silent > timeout_ns && bytes_readable(c->fd) == 0)
+          fail_conn_locked(*c, c->epoch.load(),
+                           "no bytes from rank " + std::to_string(p->rank) + " on rail" + std::to_string(c->rail) +
+                               " for " + std::to_string(silent / 1000000) + " ms (link down or blackholed)");
+        // Bandwidth estimate: acked bytes per busy second over the last ~100 ms.
+        int64_t busy = c->busy_ns + (c->busy_since_ns ? now - c->busy_since_ns : 0);
+        if (busy - c->bw_ref_busy > 20 * 1000000) {
+          double sample = double(c->acked_bytes - c->bw_ref_acked) / (double(busy - c->bw_ref_busy) * 1e-9);
+          c->st.bandwidth_Bps = c->st.bandwidth_Bps == 0 ? sample : 0.7 * c->st.bandwidth_Bps + 0.3 * sample;
+          c->bw_ref_acked = c->acked_bytes;
+          c->bw_ref_busy = busy;
+        }
+      }
+      if (error_.empty() && p->no_link_since_ns && now - p->no_link_since_ns > grace_ns) {
+        const int lo = std::min(rank_, p->rank), hi = std::max(rank_, p->rank);
+        set_error_locked("r2cc: all " + std::to_string(num_rails()) + " rails between rank " + std::to_string(lo) +
+                         " and rank " + std::to_string(hi) + " are down (no rail came back within " +
+                         std::to_string(opt_.all_down_grace_ms) +
+                         " ms); the group is aborted. Check those hosts' NICs and links (`r2cc lab status` in the "
+                         "lab), then restart the group.");
+      }
+    }
+  }
+}
+
+void Transport::use_fd_locked(Conn& c, int fd) { c.fd_users[fd]++; }
+
+void Transport::release_fd_locked(Conn& c, int fd) {
+  // A socket is closed only when no thread can still be inside recv/send on it,
+  // so its number cannot be reused under a stale reader.
+  if (--c.fd_users[fd] == 0 && fd != c.fd) {
+    ::close(fd);
+    c.fd_users.erase(fd);
+  }
+}
+
+// ---- operator actions --------------------------------------------------------
+
+void Transport::drain_rail(int rail) {
+  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  std::lock_guard<std::mutex> g(mu_);
+  rail_drained_[rail] = true;
+  for (auto& p : peers_)
+    for (auto& c : p->conns)
+      if (c->rail == rail && is_connected(c->state)) {
+        c->state = c->inflight.empty() ? RailState::kDrained : RailState::kDraining;
+        c->ctrl.push_back(FrameHeader{kFrameMagic, uint32_t(FrameType::kDrain), 0, 0, 0, 0, 0});
+        p->cv.notify_all();
+      }
+}
+
+void Transport::undrain_rail(int rail) {
+  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  std::lock_guard<std::mutex> g(mu_);
+  rail_drained_[rail] = false;
+  for (auto& p : peers_)
+    for (auto& c : p->conns)
+      if (c->rail == rail && is_connected(c->state)) {
+        c->state = RailState::kUp;
+        c->ctrl.push_back(FrameHeader{kFrameMagic, uint32_t(FrameType::kUndrain), 0, 0, 0, 0, 0});
+        p->cv.notify_all();
+      }
+}
+
+void Transport::failover_rail(int rail) {
+  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  std::lock_guard<std::mutex> g(mu_);
+  rail_held_[rail] = true;
+  for (auto& p : peers_)
+    for (auto& c : p->conns)
+      if (c->rail == rail) fail_conn_locked(*c, c->epoch.load(), "operator failover");
+}
+
+void Transport::restore_rail(int rail) {
+  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  std::lock_guard<std::mutex> g(mu_);
+  rail_held_[rail] = false;
+  for (auto& p : peers_)
+    for (auto& c : p->conns)
+      if (c->rail == rail) c->last_probe_ns = 0;
+}
+
+// ---- stats -------------------------------------------------------------------
+
+std::vector<ConnStats> Transport::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<ConnStats> out;
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    for (auto& c : p->conns) {
+      ConnStats s = c->st;
+      s.state = rail_state_name(c->state);
+      s.held = rail_held_[c->rail];
+      s.inflight_bytes = c->inflight_bytes;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+Counters Transport::counters() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return counters_;
+}
+
+void Transport::close() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_.exchange(true)) return;
+    for (auto& p : peers_) {
+      for (auto& c : p->conns)
+        if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+      p->cv.notify_all();
+    }
+    if (error_.empty()) error_ = "r2cc: the communicator was closed";
+    done_cv_.notify_all();
+  }
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+  for (auto& p : peers_)
+    for (auto& c : p->conns) {
+      for (auto& [fd, users] : c->fd_users)
+        if (fd != c->fd) ::close(fd);
+      c->fd_users.clear();
+      if (c->fd >= 0) {
+        ::close(c->fd);
+        c->fd = -1;
+      }
+    }
+  for (int i = 0; i < 200 && handshakes_active_.load() > 0; ++i) usleep(10000);
+  for (int fd : listen_fds_) ::close(fd);
+  listen_fds_.clear();
+}
+
+}  // namespace r2cc

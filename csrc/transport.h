@@ -1,0 +1,191 @@
+// Multi-rail point-to-point transport between the ranks of one group.
+//
+// Per pair of ranks there is one TCP connection per rail. A message is cut into
+// chunks; rail writer threads take chunks from the peer's queue as their window
+// allows (so striping follows each rail's real bandwidth). A chunk stays owned by
+// the sender until the receiver acknowledges it; when a rail fails, its
+// un-acknowledged chunks go back to the queue and the surviving rails re-send
+// them. Receivers write each chunk at its offset, so a duplicate is harmless.
+//
+// Threads: per connection one reader and one writer (only the writer writes to the
+// socket, so a reader never blocks on a full send buffer); per transport one
+// accept thread per rail, one connector thread (re-connects failed rails) and one
+// watchdog (no-progress detection, all-rails-down abort).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol.h"
+
+#include <stdexcept>
+
+namespace r2cc {
+
+struct TransportOptions {
+  size_t chunk_bytes = 256 * 1024;
+  size_t window_bytes = 1024 * 1024;
+  int heartbeat_ms = 5;
+  int rail_timeout_ms = 60;
+  int probe_interval_ms = 200;
+  int all_down_grace_ms = 800;
+  double connect_timeout_s = 30;
+  double op_timeout_s = 300;
+  size_t small_msg_bytes = 64 * 1024;
+};
+
+// Rail connection states. Only the transport moves them:
+// kConnecting -> kUp <-> kDraining -> kDrained ; any connected state -> kDown
+// (failure) -> kRecovering (probe connected, handshaking) -> kUp.
+enum class RailState { kConnecting, kUp, kDraining, kDrained, kDown, kRecovering };
+const char* rail_state_name(RailState s);
+
+struct ConnStats {
+  int peer = -1;
+  int rail = -1;
+  std::string state;
+  bool held = false;  // operator failover: not re-admitted until restore_rail
+  uint64_t bytes_sent = 0, bytes_recv = 0, chunks_sent = 0, chunks_resent = 0, bytes_resent = 0;
+  uint64_t failovers = 0, reconnects = 0;
+  uint64_t inflight_bytes = 0;
+  double bandwidth_Bps = 0, rtt_s = 0;
+  double last_detect_s = 0;  // how long the last failure took to detect (silence before it)
+  std::string last_error;
+  double last_error_time = 0;  // unix seconds
+};
+
+struct Counters {
+  uint64_t rejected_handshakes = 0;
+  uint64_t failovers = 0;
+  uint64_t chunks_resent = 0;
+  uint64_t bytes_resent = 0;
+};
+
+// Thrown by wait() once the group is aborted (rails down, timeout, peer abort).
+class AbortedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct OutMsg;
+struct InMsg;
+
+// Handle of one posted send or receive. wait() on it through the transport.
+struct Op {
+  std::shared_ptr<OutMsg> out;
+  std::shared_ptr<InMsg> in;
+  bool done_at_post = false;  // zero-length, or a small send copied at post time
+};
+
+class Transport {
+ public:
+  // rail_ips: this rank's address on every rail (all in `netns` when not empty).
+  Transport(int rank, int world, std::vector<std::string> rail_ips, std::string netns, std::string secret,
+            uint64_t group_hash, TransportOptions opt);
+  ~Transport();
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int num_rails() const { return int(rail_ips_.size()); }
+  const TransportOptions& options() const { return opt_; }
+
+  // Ports this rank listens on, one per rail (published through the store).
+  std::vector<int> listen_ports() const { return ports_; }
+
+  // Starts connecting to every peer (peer_addrs[peer][rail] = {ip, port}) and
+  // blocks until every rail is up or connect_timeout_s passes. Succeeds if every
+  // peer has at least one rail up (the rest keep being probed); else throws.
+  void connect_all(const std::vector<std::vector<std::pair<std::string, int>>>& peer_addrs);
+
+  // Posting never blocks. `buf` must stay valid until wait() returns for the op.
+  Op post_send(int peer, const void* buf, size_t len);
+  Op post_recv(int peer, void* buf, size_t len);
+  // Blocks (GIL must be released by the caller) until op completes. Throws the
+  // group's error when the group was aborted, or times out after op_timeout_s.
+  void wait(const Op& op);
+
+  // Operator actions on rail `rail` of this rank (all its peer connections).
+  void drain_rail(int rail);    // no new chunks; in-flight ones finish; peers told
+  void undrain_rail(int rail);
+  void failover_rail(int rail); // fail now, re-send in-flight chunks, keep it out
+  void restore_rail(int rail);  // end an operator failover: probe and re-admit
+
+  // Kills the group: every rank's next (or current) wait throws `reason`.
+  void abort(const std::string& reason);
+  std::string error() const;
+
+  std::vector<ConnStats> stats() const;
+  Counters counters() const;
+
+  // Stops all threads and closes every socket. Idempotent.
+  void close();
+
+ private:
+  struct Conn;
+  struct Peer;
+  struct AckItem {
+    uint64_t seq;
+    uint64_t idx;
+    bool all;
+  };
+  struct Chunk {
+    std::shared_ptr<OutMsg> msg;
+    uint32_t idx;
+  };
+
+  // connection life cycle (transport.cc)
+  void accept_loop(int rail);
+  void handshake_incoming(int fd, int rail);
+  void connector_loop();
+  bool try_connect(Conn& c);
+  void install(Conn& c, int fd);
+  void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);
+  bool peer_has_link_locked(const Peer& p) const;
+  void watchdog_loop();
+  void set_error_locked(const std::string& reason);
+  void use_fd_locked(Conn& c, int fd);
+  void release_fd_locked(Conn& c, int fd);
+
+  // data path (transport_io.cc)
+  void reader_loop(Conn& c);
+  void writer_loop(Conn& c);
+  std::string read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch);
+  void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
+  void finish_in_locked(Peer& p, InMsg& m);
+  void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
+  bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
+
+  int rank_, world_;
+  std::vector<std::string> rail_ips_;
+  std::string netns_;
+  uint8_t key_[16];
+  uint64_t group_hash_;
+  TransportOptions opt_;
+
+  std::vector<int> listen_fds_;
+  std::vector<int> ports_;
+  std::vector<std::vector<std::pair<std::string, int>>> peer_addrs_;
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;  // waiters of ops
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<bool> rail_drained_;  // operator drain of this rank's rail
+  std::vector<bool> rail_held_;     // operator failover of this rank's rail
+  std::string error_;
+  Counters counters_;
+  std::atomic<bool> stopping_{false};
+  bool connect_started_ = false;
+  std::vector<std::thread> threads_;
+  std::atomic<int> handshakes_active_{0};
+};
+
+}  // namespace r2cc

@@ -1,0 +1,61 @@
+// Connection and peer records of the transport (private to transport*.cc).
+#pragma once
+
+#include "messages.h"
+#include "transport.h"
+
+namespace r2cc {
+
+struct Transport::Conn {
+  int peer = -1, rail = -1;
+  bool we_connect = false;  // the higher rank of a pair dials; the lower one accepts
+  int fd = -1;
+  // Bumped by every install and failure; a reader/writer holding an older epoch stands down.
+  std::atomic<uint64_t> epoch{0};
+  std::map<int, int> fd_users;  // reader/writer threads still using a socket; the last one closes a retired fd
+  RailState state = RailState::kConnecting;
+  bool peer_drained = false;  // the peer asked us not to put new chunks on this rail
+  std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
+  size_t inflight_bytes = 0;
+  std::deque<FrameHeader> ctrl;  // frames only this connection may carry (echo, drain)
+  std::string ctrl_abort;        // abort reason to send, if any
+  // Acks this connection carried recently; if it dies they may be lost in its
+  // kernel buffers, so they are handed to the surviving rails again.
+  std::deque<std::pair<int64_t, AckItem>> acks_carried;
+  std::atomic<int64_t> last_rx_ns{0};
+  int64_t last_tx_ns = 0;
+  int64_t last_probe_ns = 0;
+  // stats
+  ConnStats st;
+  int64_t busy_since_ns = 0;  // inflight went non-empty
+  int64_t busy_ns = 0;
+  uint64_t acked_bytes = 0;
+  uint64_t bw_ref_acked = 0;
+  int64_t bw_ref_busy = 0;
+};
+
+struct Transport::Peer {
+  int rank = -1;
+  uint64_t next_send_seq = 0, next_recv_seq = 0;
+  std::deque<Chunk> queue;                           // waiting for a rail
+  std::map<uint64_t, std::shared_ptr<OutMsg>> out;  // sent, not fully acked
+  std::map<uint64_t, std::shared_ptr<InMsg>> in;    // incoming, not complete
+  uint64_t done_floor = 0;                           // every seq below is complete
+  std::set<uint64_t> done_above;                     // complete seqs >= done_floor
+  std::deque<AckItem> acks;                          // to send, on any rail
+  std::vector<std::unique_ptr<Conn>> conns;          // one per rail
+  std::condition_variable cv;                        // this peer's writers wait here
+  int64_t no_link_since_ns = 0;                      // 0 while some rail is connected
+
+  bool is_done(uint64_t seq) const { return seq < done_floor || done_above.count(seq) > 0; }
+  void mark_done(uint64_t seq) {
+    done_above.insert(seq);
+    while (done_above.count(done_floor)) done_above.erase(done_floor++);
+  }
+};
+
+inline bool is_connected(RailState s) {
+  return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained;
+}
+
+}  // namespace r2cc

@@ -1,0 +1,417 @@
+// The transport's data path: posting, waiting, the per-connection reader and
+// writer loops, acknowledgements.
+#include <algorithm>
+#include <cstring>
+
+#include "net.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+namespace {
+constexpr int kPollMs = 10;
+constexpr size_t kMaxAcksPerWrite = 512;
+constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
+constexpr uint32_t kMaxAbortReason = 4096;
+
+FrameHeader ctrl_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {
+  return FrameHeader{kFrameMagic, uint32_t(t), seq, offset, 0, len, 0};
+}
+}  // namespace
+
+// ---- posting and waiting ---------------------------------------------------------
+
+Op Transport::post_send(int peer, const void* buf, size_t len) {
+  if (peer < 0 || peer >= world_ || peer == rank_)
+    throw std::invalid_argument("r2cc: cannot send to rank " + std::to_string(peer));
+  Op op;
+  if (len == 0) {
+    op.done_at_post = true;
+    return op;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  if (!error_.empty()) throw AbortedError(error_);
+  Peer& p = *peers_[peer];
+  auto m = std::make_shared<OutMsg>();
+  m->peer = peer;
+  m->seq = p.next_send_seq++;
+  m->len = len;
+  m->chunk = chunk_size_for(len, opt_.chunk_bytes, num_rails());
+  m->nchunks = num_chunks(len, m->chunk);
+  m->acked.assign(m->nchunks, 0);
+  m->on_rail.assign(m->nchunks, -1);
+  if (len <= opt_.small_msg_bytes) {
+    m->owned.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + len);
+    m->data = m->owned.data();
+    op.done_at_post = true;
+  } else {
+    m->data = static_cast<const char*>(buf);
+  }
+  p.out[m->seq] = m;
+  for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
+  op.out = m;
+  p.cv.notify_all();
+  return op;
+}
+
+Op Transport::post_recv(int peer, void* buf, size_t len) {
+  if (peer < 0 || peer >= world_ || peer == rank_)
+    throw std::invalid_argument("r2cc: cannot receive from rank " + std::to_string(peer));
+  Op op;
+  if (len == 0) {
+    op.done_at_post = true;
+    return op;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  if (!error_.empty()) throw AbortedError(error_);
+  Peer& p = *peers_[peer];
+  const uint64_t seq = p.next_recv_seq++;
+  auto it = p.in.find(seq);
+  std::shared_ptr<InMsg> m;
+  if (it != p.in.end()) {  // chunks arrived before the receive was posted
+    m = it->second;
+    if (m->len != len) {
+      set_error_locked("r2cc: rank " + std::to_string(peer) + " sent " + std::to_string(m->len) + " bytes but rank " +
+                       std::to_string(rank_) + " expected " + std::to_string(len) +
+                       " (the ranks called different collectives or shapes)");
+      throw AbortedError(error_);
+    }
+    m->posted = true;
+    m->user = static_cast<char*>(buf);
+    if (m->nrecv == m->nchunks) finish_in_locked(p, *m);
+  } else {
+    m = std::make_shared<InMsg>();
+    m->seq = seq;
+    m->len = len;
+    m->posted = true;
+    m->user = m->data = static_cast<char*>(buf);
+    p.in[seq] = m;
+  }
+  op.in = m;
+  return op;
+}
+
+void Transport::wait(const Op& op) {
+  if (op.done_at_post) return;
+  const int64_t deadline = now_ns() + int64_t(opt_.op_timeout_s * 1e9);
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    if ((op.out && op.out->done) || (op.in && op.in->done)) return;
+    if (!error_.empty()) throw AbortedError(error_);
+    if (now_ns() > deadline) {
+      const int peer = op.out ? op.out->peer : -1;
+      set_error_locked("r2cc: a transfer " + std::string(op.out ? "to" : "from") + " rank " +
+                       (peer >= 0 ? std::to_string(peer) : std::string("a peer")) + " did not finish within " +
+                       std::to_string(opt_.op_timeout_s) +
+                       " s (R2CC_OP_TIMEOUT_S): the collective timed out; a rank is stuck or the ranks called "
+                       "different collectives. The group is aborted.");
+      throw AbortedError(error_);
+    }
+    done_cv_.wait_for(lk, std::chrono::milliseconds(50));
+  }
+}
+
+// ---- acknowledgements --------------------------------------------------------------
+
+void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
+  p.acks.push_back(AckItem{seq, idx, all});
+  p.cv.notify_all();
+}
+
+void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
+  auto it = p.out.find(seq);
+  if (it == p.out.end()) return;  // duplicate ack of a finished message
+  OutMsg& m = *it->second;
+  const size_t lo = all ? 0 : idx, hi = all ? m.nchunks : std::min<size_t>(idx + 1, m.nchunks);
+  const int64_t now = now_ns();
+  for (size_t i = lo; i < hi; ++i) {
+    if (m.acked[i]) continue;
+    m.acked[i] = 1;
+    m.nacked++;
+    const int rail = m.on_rail[i];
+    if (rail < 0) continue;
+    m.on_rail[i] = -1;
+    Conn& c = *p.conns[rail];
+    auto f = std::find(c.inflight.begin(), c.inflight.end(), std::make_pair(seq, uint32_t(i)));
+    if (f == c.inflight.end()) continue;
+    c.inflight.erase(f);
+    const size_t bytes = m.chunk_len(i);
+    c.inflight_bytes -= bytes;
+    c.acked_bytes += bytes;
+    if (c.inflight.empty()) {
+      c.busy_ns += now - c.busy_since_ns;
+      c.busy_since_ns = 0;
+      if (c.state == RailState::kDraining) c.state = RailState::kDrained;
+    }
+  }
+  if (m.nacked == m.nchunks) {
+    m.done = true;
+    p.out.erase(it);
+    done_cv_.notify_all();
+  }
+  p.cv.notify_all();
+}
+
+void Transport::finish_in_locked(Peer& p, InMsg& m) {
+  if (!p.is_done(m.seq)) p.mark_done(m.seq);
+  if (!m.posted) return;  // complete in the stash; post_recv copies it out
+  if (m.data != m.user) std::memcpy(m.user, m.data, m.len);
+  m.done = true;
+  p.in.erase(m.seq);
+  done_cv_.notify_all();
+}
+
+// ---- writer ----------------------------------------------------------------
+
+bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
+  if (c.state == RailState::kUp && !c.peer_drained) return true;
+  if (!is_connected(c.state)) return false;
+  // A drained rail still carries traffic when no undrained rail to the peer is left.
+  for (auto& o : p.conns)
+    if (o->state == RailState::kUp && !o->peer_drained) return false;
+  return true;
+}
+
+void Transport::writer_loop(Conn& c) {
+  Peer& p = *peers_[c.peer];
+  const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
+  std::vector<FrameHeader> frames;
+  std::string abort_reason;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopping_) {
+    if (!is_connected(c.state)) {
+      p.cv.wait_for(lk, std::chrono::milliseconds(20));
+      continue;
+    }
+    const uint64_t epoch = c.epoch.load();
+    const int fd = c.fd;
+    use_fd_locked(c, fd);
+    auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
+    while (!stale()) {
+      const int64_t now = now_ns();
+      frames.clear();
+      abort_reason.swap(c.ctrl_abort);
+      c.ctrl_abort.clear();
+      while (!c.ctrl.empty()) {
+        frames.push_back(c.ctrl.front());
+        c.ctrl.pop_front();
+      }
+      while (!p.acks.empty() && frames.size() < kMaxAcksPerWrite) {
+        const AckItem a = p.acks.front();
+        p.acks.pop_front();
+        frames.push_back(ctrl_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
+        c.acks_carried.emplace_back(now, a);
+      }
+      while (!c.acks_carried.empty() && now - c.acks_carried.front().first > kAckMemoryNs) c.acks_carried.pop_front();
+      // Next chunk, if the window allows; chunks acked meanwhile are dropped from the queue.
+      Chunk chunk;
+      if (error_.empty() && c.inflight_bytes < opt_.window_bytes && conn_takes_chunks_locked(c, p)) {
+        while (!p.queue.empty()) {
+          Chunk ch = p.queue.front();
+          p.queue.pop_front();
+          if (!ch.msg->done && !ch.msg->acked[ch.idx]) {
+            chunk = ch;
+            break;
+          }
+        }
+      }
+      if (frames.empty() && !chunk.msg && abort_reason.empty() && now - c.last_tx_ns >= hb_ns)
+        frames.push_back(ctrl_frame(FrameType::kHeartbeat, 0, uint64_t(now)));
+      if (frames.empty() && !chunk.msg && abort_reason.empty()) {
+        p.cv.wait_for(lk, std::chrono::nanoseconds(std::max<int64_t>(hb_ns - (now - c.last_tx_ns), 100000)));
+        continue;
+      }
+      FrameHeader dh{};
+      size_t chunk_len = 0;
+      if (chunk.msg) {
+        OutMsg& m = *chunk.msg;
+        chunk_len = m.chunk_len(chunk.idx);
+        dh = FrameHeader{kFrameMagic, uint32_t(FrameType::kData), m.seq, uint64_t(chunk.idx) * m.chunk, m.len,
+                         uint32_t(chunk_len), uint32_t(m.chunk)};
+        m.on_rail[chunk.idx] = int8_t(c.rail);
+        c.inflight.emplace_back(m.seq, chunk.idx);
+        if (c.inflight_bytes == 0) c.busy_since_ns = now;
+        c.inflight_bytes += chunk_len;
+        c.st.chunks_sent++;
+        c.st.bytes_sent += chunk_len;
+      }
+      c.last_tx_ns = now;
+      lk.unlock();
+      std::string err;
+      if (!frames.empty()) err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale);
+      if (err.empty() && !abort_reason.empty()) {
+        FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
+        err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale);
+      }
+      if (err.empty() && chunk.msg)
+        err = writev_full(fd, &dh, sizeof(dh), chunk.msg->data + dh.offset, chunk_len, kPollMs, stale);
+      lk.lock();
+      if (!err.empty()) {
+        fail_conn_locked(c, epoch,
+                         "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);
+        break;
+      }
+    }
+    release_fd_locked(c, fd);
+  }
+}
+
+// ---- reader ----------------------------------------------------------------
+
+void Transport::reader_loop(Conn& c) {
+  Peer& p = *peers_[c.peer];
+  std::vector<char> scratch;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopping_) {
+    if (!is_connected(c.state)) {
+      p.cv.wait_for(lk, std::chrono::milliseconds(20));
+      continue;
+    }
+    const uint64_t epoch = c.epoch.load();
+    const int fd = c.fd;
+    use_fd_locked(c, fd);
+    lk.unlock();
+    auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
+    auto progress = [&] { c.last_rx_ns.store(now_ns()); };
+    std::string err;
+    while (err.empty() && !stale()) {
+      FrameHeader h;
+      err = read_full(fd, &h, sizeof(h), kPollMs, stale, progress);
+      if (!err.empty()) break;
+      if (h.magic != kFrameMagic) {
+        err = "corrupt frame (bad magic)";
+        break;
+      }
+      switch (FrameType(h.type)) {
+        case FrameType::kData:
+          err = read_data(c, epoch, fd, h, scratch);
+          break;
+        case FrameType::kAck:
+        case FrameType::kAckAll: {
+          std::lock_guard<std::mutex> g(mu_);
+          on_ack_locked(p, h.seq, h.offset, FrameType(h.type) == FrameType::kAckAll);
+          break;
+        }
+        case FrameType::kHeartbeat: {
+          std::lock_guard<std::mutex> g(mu_);
+          if (c.epoch.load() == epoch) c.ctrl.push_back(ctrl_frame(FrameType::kHeartbeatEcho, 0, h.offset));
+          p.cv.notify_all();
+          break;
+        }
+        case FrameType::kHeartbeatEcho: {
+          double rtt = double(now_ns() - int64_t(h.offset)) * 1e-9;
+          std::lock_guard<std::mutex> g(mu_);
+          c.st.rtt_s = c.st.rtt_s == 0 ? rtt : 0.8 * c.st.rtt_s + 0.2 * rtt;
+          break;
+        }
+        case FrameType::kAbort: {
+          std::string reason(std::min(h.len, kMaxAbortReason), '\0');
+          err = read_full(fd, reason.data(), reason.size(), kPollMs, stale, progress);
+          if (err.empty()) {
+            std::lock_guard<std::mutex> g(mu_);
+            set_error_locked(reason);
+          }
+          break;
+        }
+        case FrameType::kDrain:
+        case FrameType::kUndrain: {
+          std::lock_guard<std::mutex> g(mu_);
+          c.peer_drained = FrameType(h.type) == FrameType::kDrain;
+          p.cv.notify_all();
+          break;
+        }
+        default:
+          err = "corrupt frame (unknown type " + std::to_string(h.type) + ")";
+      }
+    }
+    lk.lock();
+    if (!err.empty() && err != "stopped")
+      fail_conn_locked(c, epoch, "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
+                                     " failed: " + err);
+    release_fd_locked(c, fd);
+  }
+}
+
+std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch) {
+  Peer& p = *peers_[c.peer];
+  auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
+  auto progress = [&] { c.last_rx_ns.store(now_ns()); };
+  if (h.chunk_bytes == 0 || h.offset % h.chunk_bytes != 0 || h.offset + h.len > h.total)
+    return "corrupt data frame (offset/length out of range)";
+  const size_t idx = h.offset / h.chunk_bytes;
+  std::shared_ptr<InMsg> m;
+  char* dest = nullptr;  // set when this reader claimed the chunk
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!p.is_done(h.seq)) {
+      auto& slot = p.in[h.seq];
+      if (!slot) {  // arrived before the receive was posted: keep it in a stash
+        slot = std::make_shared<InMsg>();
+        slot->seq = h.seq;
+        slot->len = h.total;
+        slot->stash.resize(h.total);
+        slot->data = slot->stash.data();
+      }
+      m = slot;
+      if (m->len != h.total) {
+        set_error_locked("r2cc: rank " + std::to_string(c.peer) + " sent " + std::to_string(h.total) +
+                         " bytes but rank " + std::to_string(rank_) + " expected " + std::to_string(m->len) +
+                         " (the ranks called different collectives or shapes)");
+        return "message size mismatch";
+      }
+      if (!m->known) {
+        m->known = true;
+        m->chunk = h.chunk_bytes;
+        m->nchunks = num_chunks(m->len, m->chunk);
+        m->state.assign(m->nchunks, kChunkNone);
+      }
+      if (m->chunk != h.chunk_bytes || idx >= m->nchunks) return "corrupt data frame (chunking changed)";
+      if (m->state[idx] == kChunkNone) {
+        m->state[idx] = kChunkClaimed;
+        dest = m->data + h.offset;
+      }
+    }
+  }
+  // Not claimed: a duplicate. Read it aside; it may still be needed if the rail
+  // holding the claim dies before finishing.
+  if (!dest && scratch.size() < h.len) scratch.resize(h.len);
+  std::string err = read_full(fd, dest ? dest : scratch.data(), h.len, kPollMs, stale, progress);
+  std::lock_guard<std::mutex> g(mu_);
+  c.st.bytes_recv += err.empty() ? h.len : 0;
+  if (!m) {  // whole message already complete: only re-acknowledge
+    if (err.empty()) enqueue_ack_locked(p, h.seq, idx, false);
+    return err;
+  }
+  auto complete_chunk = [&] {
+    m->state[idx] = kChunkDone;
+    m->pending.erase(idx);
+    m->nrecv++;
+    enqueue_ack_locked(p, h.seq, idx, false);
+    if (m->nrecv == m->nchunks) finish_in_locked(p, *m);
+  };
+  if (dest) {
+    if (err.empty()) {
+      complete_chunk();
+    } else {
+      m->state[idx] = kChunkNone;
+      auto pend = m->pending.find(idx);
+      if (pend != m->pending.end()) {  // another rail delivered a full copy meanwhile
+        std::memcpy(m->data + h.offset, pend->second.data(), h.len);
+        complete_chunk();
+      }
+    }
+    return err;
+  }
+  if (!err.empty()) return err;
+  if (m->state[idx] == kChunkDone) {
+    enqueue_ack_locked(p, h.seq, idx, false);
+  } else if (m->state[idx] == kChunkNone) {  // the claimant gave up
+    std::memcpy(m->data + h.offset, scratch.data(), h.len);
+    complete_chunk();
+  } else {
+    m->pending[idx].assign(scratch.data(), scratch.data() + h.len);
+  }
+  return err;
+}
+
+}  // namespace r2cc

@@ -1,0 +1,13 @@
+"""r2cc-serve: resilient multi-rail tensor-parallel collectives."""
+
+__version__ = "0.1.0"
+
+from r2cc_serve.errors import CollectiveTimeoutError, R2CCError, RailsDownError, UserError  # noqa: E402,F401
+
+
+def __getattr__(name):  # lazy: importing the package must not load torch or the C++ core
+    if name == "Communicator":
+        from r2cc_serve.comm.communicator import Communicator
+
+        return Communicator
+    raise AttributeError(name)

@@ -1,0 +1,50 @@
+"""`r2cc` command line: one entry point, each subcommand registered by its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from r2cc_serve.errors import UserError
+
+# (subcommand module, attribute). Each module exposes register(subparsers) and sets
+# `func` on its parser; the function returns an exit code.
+_SUBCOMMANDS = [
+    "r2cc_serve.lab.cli",
+    "r2cc_serve.bench.cli",
+    "r2cc_serve.knobs_cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="r2cc", description="r2cc-serve: resilient multi-rail collectives")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for modname in _SUBCOMMANDS:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError as exc:  # a missing optional part must not break the others
+            print(f"r2cc: subcommands from {modname} unavailable: {exc}", file=sys.stderr)
+            continue
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"r2cc: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("r2cc: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

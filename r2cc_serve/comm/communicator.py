@@ -1,0 +1,270 @@
+"""`Communicator`: torch CPU tensors in and out, the C++ transport underneath.
+
+Set-up goes through a torch.distributed Store (normally on the management
+network): rank 0 publishes a fresh group secret, every rank publishes the port it
+listens on for each rail, then every pair of ranks connects once per rail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from r2cc_serve import envs
+from r2cc_serve.comm.errors import translate_errors
+from r2cc_serve.errors import UserError
+from r2cc_serve.transport.rails import resolve_rails
+
+try:
+    from r2cc_serve import _C
+except ImportError as exc:  # pragma: no cover - only when the package was not built
+    raise ImportError(
+        "r2cc_serve._C (the C++ core) is not built; run `pip install -e .` in the project root"
+    ) from exc
+
+_DTYPES = {
+    torch.float32: _C.DType.f32,
+    torch.float16: _C.DType.f16,
+    torch.bfloat16: _C.DType.bf16,
+    torch.int32: _C.DType.i32,
+    torch.int64: _C.DType.i64,
+}
+_OPS = {"sum": _C.RedOp.sum, "max": _C.RedOp.max, "min": _C.RedOp.min}
+
+
+def transport_options(**overrides) -> "_C.TransportOptions":
+    """TransportOptions from the R2CC_* knobs, with explicit overrides on top."""
+    opt = _C.TransportOptions()
+    opt.chunk_bytes = envs.get("R2CC_CHUNK_BYTES")
+    opt.window_bytes = envs.get("R2CC_RAIL_WINDOW_BYTES")
+    opt.heartbeat_ms = envs.get("R2CC_HEARTBEAT_MS")
+    opt.rail_timeout_ms = envs.get("R2CC_RAIL_TIMEOUT_MS")
+    opt.probe_interval_ms = envs.get("R2CC_PROBE_INTERVAL_MS")
+    opt.all_down_grace_ms = envs.get("R2CC_ALL_RAILS_DOWN_GRACE_MS")
+    opt.connect_timeout_s = envs.get("R2CC_CONNECT_TIMEOUT_S")
+    opt.op_timeout_s = envs.get("R2CC_OP_TIMEOUT_S")
+    opt.small_msg_bytes = envs.get("R2CC_SMALL_MSG_BYTES")
+    for key, value in overrides.items():
+        if not hasattr(opt, key):
+            raise UserError(f"unknown transport option {key!r}")
+        setattr(opt, key, value)
+    return opt
+
+
+@dataclass
+class _Plan:
+    slice_bytes: int
+
+
+class Communicator:
+    """A group of ranks joined by several rails (one TCP connection per rail per pair).
+
+    rank, world_size: this rank and the group size.
+    store: a torch.distributed Store every rank can reach (TCPStore, FileStore...).
+    rails: this rank's rails, as interface names (``rail0``) or IPv4 addresses.
+    netns: network namespace that holds those rails (lab host), or None.
+    group: name that keeps several groups on one store apart.
+    options: overrides of TransportOptions fields (else the R2CC_* knobs).
+    """
+
+    def __init__(self, rank: int, world_size: int, store, rails: list[str], netns: str | None = None,
+                 group: str = "default", **options):
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise UserError(f"rank {rank} is outside world size {world_size}")
+        if not rails:
+            raise UserError("at least one rail is needed (interface names or IPv4 addresses)")
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.netns = netns
+        self.rail_ips = resolve_rails(rails, netns)
+        self._lock = threading.Lock()
+        self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"))
+        prefix = f"r2cc/{group}/"
+        if rank == 0:
+            store.set(prefix + "secret", os.urandom(32).hex())
+        secret = bytes.fromhex(_as_str(store.get(prefix + "secret")))
+        group_hash = int.from_bytes(hashlib.sha256(group.encode()).digest()[:8], "little")
+        netns_path = f"/var/run/netns/{netns}" if netns else ""
+        with translate_errors():
+            self._t = _C.Transport(rank, world_size, self.rail_ips, netns_path, secret, group_hash,
+                                   transport_options(**options))
+        ports = self._t.listen_ports()
+        store.set(prefix + f"addr/{rank}", json.dumps([[ip, port] for ip, port in zip(self.rail_ips, ports)]))
+        addrs = []
+        for peer in range(world_size):
+            entry = json.loads(_as_str(store.get(prefix + f"addr/{peer}")))
+            if len(entry) != len(self.rail_ips):
+                self._t.close()
+                raise UserError(f"rank {peer} has {len(entry)} rails but rank {rank} has {len(self.rail_ips)}; "
+                                "give every rank the same number of rails")
+            addrs.append([(ip, int(port)) for ip, port in entry])
+        with translate_errors():
+            self._t.connect_all(addrs)
+
+    # ---- collectives ------------------------------------------------------------
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", inplace: bool = True) -> torch.Tensor:
+        """Sum (or max/min) over ranks, in canonical rank order: bit-identical on every run."""
+        src = _contiguous(tensor)
+        out = src if inplace else torch.empty_like(src)
+        self._run("all_reduce", src.data_ptr(), out.data_ptr(), src.numel(), _dtype(src), _op(op),
+                  self._plan.slice_bytes)
+        if inplace and src is not tensor:
+            tensor.copy_(src)
+            return tensor
+        return out
+
+    def all_gather(self, tensor: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Concatenation of every rank's tensor along a new leading dimension of size world_size."""
+        src = _contiguous(tensor)
+        if out is None:
+            out = torch.empty((self.world_size, *src.shape), dtype=src.dtype)
+        _check_out(out, src.numel() * self.world_size, src.dtype)
+        self._run("all_gather", src.data_ptr(), out.data_ptr(), src.numel(), _dtype(src))
+        return out
+
+    def reduce_scatter(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """tensor's first dimension is split into world_size blocks; rank r gets the reduced block r."""
+        src = _contiguous(tensor)
+        if src.dim() == 0 or src.shape[0] % self.world_size:
+            raise UserError(f"reduce_scatter needs dim 0 divisible by world size {self.world_size}, "
+                            f"got shape {tuple(src.shape)}")
+        out = torch.empty((src.shape[0] // self.world_size, *src.shape[1:]), dtype=src.dtype)
+        self._run("reduce_scatter", src.data_ptr(), out.data_ptr(), out.numel(), _dtype(src), _op(op))
+        return out
+
+    def gather(self, tensor: torch.Tensor, dst: int = 0) -> torch.Tensor | None:
+        """On rank dst: [world_size, *shape] of every rank's tensor; None elsewhere."""
+        src = _contiguous(tensor)
+        out = torch.empty((self.world_size, *src.shape), dtype=src.dtype) if self.rank == dst else None
+        self._run("gather", src.data_ptr(), out.data_ptr() if out is not None else 0, src.numel(), _dtype(src),
+                  self._check_rank(dst))
+        return out
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """In place: every rank's tensor becomes rank src's."""
+        buf = _contiguous(tensor)
+        self._run("broadcast", buf.data_ptr(), buf.numel() * buf.element_size(), self._check_rank(src))
+        if buf is not tensor:
+            tensor.copy_(buf)
+        return tensor
+
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        buf = _contiguous(tensor)
+        self._run("send", buf.data_ptr(), buf.numel() * buf.element_size(), self._check_peer(dst))
+
+    def recv(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        buf = _contiguous(tensor)
+        self._run("recv", buf.data_ptr(), buf.numel() * buf.element_size(), self._check_peer(src))
+        if buf is not tensor:
+            tensor.copy_(buf)
+        return tensor
+
+    # ---- operator actions and health -----------------------------------------------
+
+    @property
+    def num_rails(self) -> int:
+        return len(self.rail_ips)
+
+    def drain_rail(self, rail: int) -> None:
+        """No new chunks on `rail` (both directions, all peers); in-flight ones finish."""
+        self._t.drain_rail(self._check_rail(rail))
+
+    def undrain_rail(self, rail: int) -> None:
+        self._t.undrain_rail(self._check_rail(rail))
+
+    def failover_rail(self, rail: int) -> None:
+        """Treat `rail` as failed now: its in-flight chunks move to the other rails; kept out until restore_rail."""
+        self._t.failover_rail(self._check_rail(rail))
+
+    def restore_rail(self, rail: int) -> None:
+        self._t.restore_rail(self._check_rail(rail))
+
+    def abort(self, reason: str) -> None:
+        self._t.abort(reason)
+
+    def rail_stats(self) -> list[dict]:
+        """One dict per (peer, rail) connection of this rank."""
+        out = []
+        for s in self._t.stats():
+            out.append({k: getattr(s, k) for k in (
+                "peer", "rail", "state", "held", "bytes_sent", "bytes_recv", "chunks_sent", "chunks_resent",
+                "bytes_resent", "failovers", "reconnects", "inflight_bytes", "bandwidth_Bps", "rtt_s",
+                "last_detect_s", "last_error", "last_error_time")})
+            out[-1]["address"] = self.rail_ips[s.rail]
+        return out
+
+    def counters(self) -> dict:
+        c = self._t.counters()
+        return {k: getattr(c, k) for k in ("rejected_handshakes", "failovers", "chunks_resent", "bytes_resent")}
+
+    def error(self) -> str:
+        return self._t.error()
+
+    def close(self) -> None:
+        t = getattr(self, "_t", None)
+        if t is not None:
+            t.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _run(self, name: str, *args) -> None:
+        with self._lock, translate_errors():
+            getattr(self._t, name)(*args)
+
+    def _check_rank(self, r: int) -> int:
+        if not 0 <= r < self.world_size:
+            raise UserError(f"rank {r} is outside the group of {self.world_size}")
+        return r
+
+    def _check_peer(self, r: int) -> int:
+        if self._check_rank(r) == self.rank:
+            raise UserError(f"rank {r} cannot send to or receive from itself")
+        return r
+
+    def _check_rail(self, rail: int) -> int:
+        if not 0 <= rail < self.num_rails:
+            raise UserError(f"no rail {rail}: this group has rails 0..{self.num_rails - 1}")
+        return rail
+
+
+def _as_str(v) -> str:
+    return v.decode() if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise UserError(f"expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise UserError(f"r2cc works on CPU tensors; got one on {t.device}")
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _dtype(t: torch.Tensor):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise UserError(f"dtype {t.dtype} is not supported; use one of "
+                        f"{', '.join(str(d) for d in _DTYPES)}") from None
+
+
+def _op(op: str):
+    try:
+        return _OPS[op]
+    except KeyError:
+        raise UserError(f"reduce op {op!r} is not supported; use one of {', '.join(_OPS)}") from None
+
+
+def _check_out(out: torch.Tensor, numel: int, dtype) -> None:
+    if out.numel() != numel or out.dtype != dtype or not out.is_contiguous():
+        raise UserError(f"out must be a contiguous {dtype} tensor of {numel} elements")

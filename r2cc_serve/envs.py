@@ -1,0 +1,85 @@
+"""The one registry of R2CC_* knobs.
+
+Every setting the project reads from the environment is declared here with its
+default and a one-line reason. Read them with ``envs.get("R2CC_X")`` (typed) so
+that a typo fails loudly instead of silently using a default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: object
+    parse: Callable[[str], object]
+    help: str
+
+
+def _bool(s: str) -> bool:
+    return s.strip().lower() in ("1", "true", "yes", "on")
+
+
+_KNOBS: dict[str, Knob] = {}
+
+
+def _knob(name: str, default, parse, help: str) -> None:
+    _KNOBS[name] = Knob(name, default, parse, help)
+
+
+# --- transport (passed to the C++ core at communicator creation) -------------
+_knob("R2CC_CHUNK_BYTES", 256 * 1024, int,
+      "Largest chunk a message is cut into; one chunk is the unit of striping and re-send.")
+_knob("R2CC_RAIL_WINDOW_BYTES", 1024 * 1024, int,
+      "Un-acknowledged bytes allowed per rail connection; keeps kernel queues short so "
+      "failover re-sends little and striping follows bandwidth.")
+_knob("R2CC_HEARTBEAT_MS", 5, int,
+      "An idle rail sends a heartbeat this often so the peer can tell silence from death.")
+_knob("R2CC_RAIL_TIMEOUT_MS", 60, int,
+      "A rail that delivers no byte for this long is declared failed (no-progress detector).")
+_knob("R2CC_PROBE_INTERVAL_MS", 200, int,
+      "How often a failed rail is probed (reconnect attempt) for re-admission.")
+_knob("R2CC_ALL_RAILS_DOWN_GRACE_MS", 800, int,
+      "With no healthy rail to a peer, wait this long for one to come back before the "
+      "group aborts with RailsDownError on every rank.")
+_knob("R2CC_CONNECT_TIMEOUT_S", 30.0, float,
+      "Group set-up: how long to wait for every rail connection.")
+_knob("R2CC_OP_TIMEOUT_S", 300.0, float,
+      "Upper bound for one collective; a wait longer than this aborts the group.")
+_knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
+      "Sends up to this size are copied and complete at once (kept until acknowledged).")
+_knob("R2CC_PIPELINE_BYTES", 4 * 1024 * 1024, int,
+      "all_reduce slice size: reduction of one slice overlaps the transfer of the next.")
+
+# --- lab ----------------------------------------------------------------------
+_knob("R2CC_LAB_PREFIX", "r2cc", str,
+      "Prefix of lab namespaces and interfaces (hosts are <prefix>-h0, <prefix>-h1, ...).")
+_knob("R2CC_LAB_STATE", "/run/r2cc-lab/state.json", str,
+      "Where the lab records what it built, for status/fault/down.")
+
+# --- logging ------------------------------------------------------------------
+_knob("R2CC_LOG_LEVEL", "WARNING", str, "Python log level of r2cc_serve loggers.")
+
+
+def get(name: str):
+    """Typed value of knob ``name`` (environment if set, else its default)."""
+    knob = _KNOBS.get(name)
+    if knob is None:
+        raise KeyError(f"unknown r2cc knob {name!r}; declare it in r2cc_serve/envs.py")
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return knob.default
+    try:
+        return knob.parse(raw)
+    except ValueError as exc:
+        raise ValueError(
+            f"{name}={raw!r} is not valid ({exc}); unset it or see `r2cc knobs` for the expected form"
+        ) from None
+
+
+def all_knobs() -> list[Knob]:
+    return list(_KNOBS.values())

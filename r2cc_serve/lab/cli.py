@@ -1,0 +1,127 @@
+"""`r2cc lab up|down|status|fault`: drive the fault lab from the shell.
+
+Errors the user can fix (bad input, not root, missing tools, no lab) are raised as UserError
+(LabError is one), which the main CLI prints as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from r2cc_serve import envs
+from r2cc_serve.errors import UserError
+from r2cc_serve.lab.faults import KINDS
+from r2cc_serve.lab.lab import Lab
+from r2cc_serve.lab.layout import check_counts, check_rate
+
+_FAULT_ARGS = {"degrade": ["RATE"], "flap": ["PERIOD_MS", "COUNT"]}
+
+
+def register(subparsers) -> None:
+    lab = subparsers.add_parser("lab", help="network-namespace fault lab (hosts, rails, faults)",
+                                description="Servers are network namespaces, rails are veth interfaces.")
+    sub = lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND")
+    lab.set_defaults(func=lambda _args: _print_help(lab))
+
+    up = sub.add_parser("up", help="build the lab (tears down an existing one first)")
+    up.add_argument("--hosts", type=int, default=2, help="number of hosts (namespaces), >= 2")
+    up.add_argument("--rails", type=int, default=4, help="rails per host, >= 1")
+    up.add_argument("--rate", help="shape every rail, both directions, e.g. 100mbit or 1gbit")
+    up.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth tests)")
+    up.set_defaults(func=_up)
+
+    down = sub.add_parser("down", help="remove every namespace, interface and rule of the lab")
+    down.set_defaults(func=_down)
+
+    st = sub.add_parser("status", help="print the lab's live state as JSON")
+    st.set_defaults(func=_status)
+
+    fault = sub.add_parser(
+        "fault", help="inject or undo a fault on one host's rail",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="kinds:\n  down | up | blackhole | clear\n  degrade RATE        e.g. degrade 100mbit\n"
+                    "  flap PERIOD_MS COUNT  e.g. flap 200 5 (down/up COUNT times)")
+    fault.add_argument("host", metavar="HOST", help="host index: 0, h0 or <prefix>-h0")
+    fault.add_argument("rail", metavar="RAIL", help="rail index: 0 or rail0")
+    fault.add_argument("kind", metavar="KIND", choices=KINDS, help=" | ".join(KINDS))
+    fault.add_argument("args", metavar="ARGS", nargs="*", help="RATE for degrade; PERIOD_MS COUNT for flap")
+    fault.set_defaults(func=_fault)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _up(args) -> int:
+    check_counts(args.hosts, args.rails, args.mtu)  # fail on bad input before needing root
+    rate = check_rate(args.rate) if args.rate else None
+    lab = Lab.up(hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu)
+    shape = f"rate {lab.rate} each way" if lab.rate else "unshaped"
+    kind = f"bridges in {lab.switch_ns}" if lab.switch_ns else "direct veth pairs"
+    print(f"lab up: {lab.hosts} hosts ({lab.host_ns(0)}..{lab.host_ns(lab.hosts - 1)}) x "
+          f"{lab.rails} rails ({kind}), {shape}, mtu {lab.mtu}")
+    shown = ", ".join(f"{lab.rail_ifname(k)} {lab.rail_subnet(k)}" for k in range(min(lab.rails, 8)))
+    print(f"  rails: {shown}{' ...' if lab.rails > 8 else ''} (host i is .i+1)")
+    print(f"  mgmt: {lab.mgmt_ifname} {lab.mgmt_ip(0)}..{lab.mgmt_ip(lab.hosts - 1)}, "
+          f"root namespace {lab.mgmt_root_ip} on bridge {lab.mgmt_bridge}")
+    return 0
+
+
+def _down(args) -> int:
+    removed = Lab.down()
+    print(f"lab down: removed {len(removed)} namespace(s)/link(s)" if removed
+          else "lab down: nothing to remove")
+    return 0
+
+
+def _status(args) -> int:
+    json.dump(Lab.load().status(), sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def _fault(args) -> int:
+    host = parse_host(args.host)
+    rail = parse_rail(args.rail)
+    arg = _fault_arg(args.kind, args.args)
+    lab = Lab.load()
+    progress = (lambda msg: print(msg, file=sys.stderr, flush=True))
+    lab.fault(host, rail, args.kind, arg, progress=progress)
+    print(" ".join([f"{lab.host_ns(host)} {lab.rail_ifname(rail)}:", args.kind, *args.args]))
+    return 0
+
+
+def parse_host(text: str) -> int:
+    """Host index from '0', 'h0' or '<prefix>-h0'."""
+    prefix = re.escape(envs.get("R2CC_LAB_PREFIX"))
+    match = re.fullmatch(rf"(?:(?:{prefix}-)?h)?(\d+)", text.strip())
+    if not match:
+        raise UserError(f"HOST {text!r} is not a host: use an index like 0, h0 or "
+                        f"{envs.get('R2CC_LAB_PREFIX')}-h0")
+    return int(match.group(1))
+
+
+def parse_rail(text: str) -> int:
+    match = re.fullmatch(r"(?:rail)?(\d+)", text.strip())
+    if not match:
+        raise UserError(f"RAIL {text!r} is not a rail: use an index like 0 or rail0")
+    return int(match.group(1))
+
+
+def _fault_arg(kind: str, args: list[str]):
+    expected = _FAULT_ARGS.get(kind, [])
+    if len(args) != len(expected):
+        usage = " ".join([kind, *expected])
+        raise UserError(f"fault {kind} takes {len(expected)} argument(s): `{usage}` (got {len(args)})")
+    if kind == "degrade":
+        return check_rate(args[0])
+    if kind == "flap":
+        try:
+            return int(args[0]), int(args[1])
+        except ValueError:
+            raise UserError(f"flap needs two integers PERIOD_MS COUNT, got {' '.join(args)!r}") from None
+    return None
