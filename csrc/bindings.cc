@@ -81,6 +81,7 @@ PYBIND11_MODULE(_C, m) {
       .def("undrain_rail", &Transport::undrain_rail)
       .def("failover_rail", &Transport::failover_rail)
       .def("restore_rail", &Transport::restore_rail)
+      .def("inject_failure", &Transport::inject_failure, py::arg("peer"), py::arg("rail"), py::arg("chunks"))
       .def("abort", &Transport::abort)
       .def("error", &Transport::error)
       .def("stats", &Transport::stats)

@@ -42,6 +42,7 @@ struct OutMsg {
 enum : uint8_t { kChunkNone = 0, kChunkClaimed = 1, kChunkDone = 2 };
 
 struct InMsg {
+  int peer = -1;
   uint64_t seq = 0;
   size_t len = 0, chunk = 0, nchunks = 0;
   char* data = nullptr;      // where chunks land: the user's buffer or the stash

@@ -18,6 +18,7 @@ enum class FrameType : uint32_t {
   kAbort = 6,          // len bytes of reason follow; the group is dead
   kDrain = 7,          // the sender drained this rail: stop putting new chunks on it
   kUndrain = 8,
+  kGoodbye = 9,  // the sender closed its communicator after flushing: not a failure
 };
 
 struct FrameHeader {

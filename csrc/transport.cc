@@ -177,7 +177,7 @@ void Transport::handshake_incoming(int fd, int rail) {
   HelloReply rep{uint32_t(HelloStatus::kOk), uint32_t(rank_), handshake_mac(key_, 'L', hc.nonce, rank_, rail)};
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (rail_held_[rail] || stopping_) rep.status = uint32_t(HelloStatus::kRailHeld);
+    if (rail_held_[rail] || stopping_ || peers_[hc.rank]->closed) rep.status = uint32_t(HelloStatus::kRailHeld);
   }
   if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).empty() || rep.status != uint32_t(HelloStatus::kOk)) {
     ::close(fd);
@@ -203,7 +203,7 @@ void Transport::connector_loop() {
       const int64_t now = now_ns();
       for (auto& p : peers_)
         for (auto& c : p->conns)
-          if (c->we_connect && !is_connected(c->state) && !rail_held_[c->rail] &&
+          if (c->we_connect && !p->closed && !is_connected(c->state) && !rail_held_[c->rail] &&
               (c->state == RailState::kConnecting || now - c->last_probe_ns >= int64_t(opt_.probe_interval_ms) * 1000000))
             todo.push_back(c.get());
     }
@@ -351,6 +351,50 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& rea
   done_cv_.notify_all();
 }
 
+void Transport::peer_closed_locked(Peer& p) {
+  p.closed = true;
+  p.no_link_since_ns = 0;
+  for (auto& c : p.conns) {
+    if (!is_connected(c->state)) continue;
+    ::shutdown(c->fd, SHUT_RDWR);
+    c->state = RailState::kDown;
+    c->epoch++;
+    c->st.last_error = "rank " + std::to_string(p.rank) + " closed its communicator";
+    c->st.last_error_time = unix_now();
+  }
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+void Transport::flush_before_close() {
+  // Let what peers still need leave first: our un-acked sends and the acks we owe.
+  // Bounded: a dead peer must not hold up close().
+  const int64_t deadline = now_ns() + 2000000000LL;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!connect_started_) return;
+  auto pending = [&] {
+    for (auto& p : peers_)
+      if (!p->closed && peer_has_link_locked(*p) && (!p->out.empty() || !p->acks.empty())) return true;
+    return false;
+  };
+  while (error_.empty() && pending() && now_ns() < deadline) {
+    for (auto& p : peers_) p->cv.notify_all();
+    done_cv_.wait_for(lk, std::chrono::milliseconds(2));
+  }
+  for (auto& p : peers_)
+    for (auto& c : p->conns)
+      if (is_connected(c->state)) c->ctrl.push_back(FrameHeader{kFrameMagic, uint32_t(FrameType::kGoodbye), 0, 0, 0, 0, 0});
+  for (auto& p : peers_) p->cv.notify_all();
+  auto goodbyes_out = [&] {
+    for (auto& p : peers_)
+      for (auto& c : p->conns)
+        if (is_connected(c->state) && (!c->ctrl.empty() || c->writing)) return false;
+    return true;
+  };
+  const int64_t bye_deadline = now_ns() + 300000000LL;
+  while (!goodbyes_out() && now_ns() < bye_deadline) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
+}
+
 void Transport::set_error_locked(const std::string& reason) {
   if (!error_.empty()) return;
   error_ = reason;
@@ -380,7 +424,7 @@ void Transport::watchdog_loop() {
     std::lock_guard<std::mutex> g(mu_);
     const int64_t now = now_ns();
     for (auto& p : peers_) {
-      if (p->rank == rank_) continue;
+      if (p->rank == rank_ || p->closed) continue;
       for (auto& c : p->conns) {
         if (!is_connected(c->state)) continue;
         const int64_t silent = now - c->last_rx_ns.load();
@@ -400,12 +444,16 @@ void Transport::watchdog_loop() {
         }
       }
       if (error_.empty() && p->no_link_since_ns && now - p->no_link_since_ns > grace_ns) {
-        const int lo = std::min(rank_, p->rank), hi = std::max(rank_, p->rank);
-        set_error_locked("r2cc: all " + std::to_string(num_rails()) + " rails between rank " + std::to_string(lo) +
-                         " and rank " + std::to_string(hi) + " are down (no rail came back within " +
+        // The first line is the same on every rank (peers adopt it through the
+        // abort frame or reach it on their own); the detail line says who saw what.
+        std::string detail;
+        for (auto& c : p->conns) detail += " rail" + std::to_string(c->rail) + ": " + c->st.last_error + ";";
+        set_error_locked("r2cc: every rail between two ranks stayed down for more than " +
                          std::to_string(opt_.all_down_grace_ms) +
-                         " ms); the group is aborted. Check those hosts' NICs and links (`r2cc lab status` in the "
-                         "lab), then restart the group.");
+                         " ms: the group is aborted on all ranks. Check the NICs and links of the hosts named below "
+                         "(`r2cc lab status` in the lab), then restart the group.\nDetails: rank " +
+                         std::to_string(rank_) + " lost all " + std::to_string(num_rails()) + " rails to rank " +
+                         std::to_string(p->rank) + " (" + detail + " )");
       }
     }
   }
@@ -459,6 +507,13 @@ void Transport::failover_rail(int rail) {
       if (c->rail == rail) fail_conn_locked(*c, c->epoch.load(), "operator failover");
 }
 
+void Transport::inject_failure(int peer, int rail, int64_t chunks) {
+  if (peer < 0 || peer >= world_ || peer == rank_ || rail < 0 || rail >= num_rails())
+    throw std::out_of_range("r2cc: no connection to rank " + std::to_string(peer) + " on rail " + std::to_string(rail));
+  std::lock_guard<std::mutex> g(mu_);
+  peers_[peer]->conns[rail]->fail_after_chunks = chunks;
+}
+
 void Transport::restore_rail(int rail) {
   if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
   std::lock_guard<std::mutex> g(mu_);
@@ -492,6 +547,7 @@ Counters Transport::counters() const {
 }
 
 void Transport::close() {
+  if (!stopping_.load()) flush_before_close();
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_.exchange(true)) return;

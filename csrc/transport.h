@@ -118,6 +118,9 @@ class Transport {
   void undrain_rail(int rail);
   void failover_rail(int rail); // fail now, re-send in-flight chunks, keep it out
   void restore_rail(int rail);  // end an operator failover: probe and re-admit
+  // Test fault injector: rail `rail` to `peer` fails (as on a socket error) right
+  // after it has sent `chunks` more data chunks, i.e. with a chunk surely in flight.
+  void inject_failure(int peer, int rail, int64_t chunks);
 
   // Kills the group: every rank's next (or current) wait throws `reason`.
   void abort(const std::string& reason);
@@ -151,6 +154,8 @@ class Transport {
   void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);
   bool peer_has_link_locked(const Peer& p) const;
   void watchdog_loop();
+  void peer_closed_locked(Peer& p);
+  void flush_before_close();
   void set_error_locked(const std::string& reason);
   void use_fd_locked(Conn& c, int fd);
   void release_fd_locked(Conn& c, int fd);
@@ -161,8 +166,10 @@ class Transport {
   std::string read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch);
   void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
   void finish_in_locked(Peer& p, InMsg& m);
-  void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
+  void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
+  FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now);
+  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk);
 
   int rank_, world_;
   std::vector<std::string> rail_ips_;

@@ -24,6 +24,8 @@ struct Transport::Conn {
   std::deque<std::pair<int64_t, AckItem>> acks_carried;
   std::atomic<int64_t> last_rx_ns{0};
   int64_t last_tx_ns = 0;
+  int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
+  bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   int64_t last_probe_ns = 0;
   // stats
   ConnStats st;
@@ -46,6 +48,7 @@ struct Transport::Peer {
   std::vector<std::unique_ptr<Conn>> conns;          // one per rail
   std::condition_variable cv;                        // this peer's writers wait here
   int64_t no_link_since_ns = 0;                      // 0 while some rail is connected
+  bool closed = false;                               // the peer closed its communicator (goodbye)
 
   bool is_done(uint64_t seq) const { return seq < done_floor || done_above.count(seq) > 0; }
   void mark_done(uint64_t seq) {

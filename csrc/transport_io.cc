@@ -29,7 +29,7 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
     op.done_at_post = true;
     return op;
   }
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   if (!error_.empty()) throw AbortedError(error_);
   Peer& p = *peers_[peer];
   auto m = std::make_shared<OutMsg>();
@@ -48,10 +48,53 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
     m->data = static_cast<const char*>(buf);
   }
   p.out[m->seq] = m;
-  for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
   op.out = m;
+  // A one-chunk message goes out from this thread when a rail is idle: saves a
+  // thread wake-up, which is most of a small message's latency.
+  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk)) return op;
+  for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
   p.cv.notify_all();
   return op;
+}
+
+FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now) {
+  OutMsg& m = *chunk.msg;
+  const size_t len = m.chunk_len(chunk.idx);
+  m.on_rail[chunk.idx] = int8_t(c.rail);
+  c.inflight.emplace_back(m.seq, chunk.idx);
+  if (c.inflight_bytes == 0) c.busy_since_ns = now;
+  c.inflight_bytes += len;
+  c.st.chunks_sent++;
+  c.st.bytes_sent += len;
+  c.last_tx_ns = now;
+  return FrameHeader{kFrameMagic, uint32_t(FrameType::kData), m.seq, uint64_t(chunk.idx) * m.chunk, m.len,
+                     uint32_t(len), uint32_t(m.chunk)};
+}
+
+bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk) {
+  Conn* best = nullptr;
+  for (auto& c : p.conns)
+    if (!c->writing && c->inflight_bytes < opt_.window_bytes && c->ctrl.empty() && c->ctrl_abort.empty() &&
+        conn_takes_chunks_locked(*c, p) && (!best || c->inflight_bytes < best->inflight_bytes))
+      best = c.get();
+  if (!best) return false;
+  Conn& c = *best;
+  const uint64_t epoch = c.epoch.load();
+  const int fd = c.fd;
+  FrameHeader h = start_chunk_locked(c, chunk, now_ns());
+  c.writing = true;
+  use_fd_locked(c, fd);
+  lk.unlock();
+  auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
+  std::string err = writev_full(fd, &h, sizeof(h), chunk.msg->data + h.offset, h.len, kPollMs, stale);
+  lk.lock();
+  c.writing = false;
+  release_fd_locked(c, fd);
+  if (!err.empty())
+    fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
+                                   " failed: " + err);
+  p.cv.notify_all();
+  return true;
 }
 
 Op Transport::post_recv(int peer, void* buf, size_t len) {
@@ -81,6 +124,7 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
     if (m->nrecv == m->nchunks) finish_in_locked(p, *m);
   } else {
     m = std::make_shared<InMsg>();
+    m->peer = peer;
     m->seq = seq;
     m->len = len;
     m->posted = true;
@@ -98,10 +142,14 @@ void Transport::wait(const Op& op) {
   for (;;) {
     if ((op.out && op.out->done) || (op.in && op.in->done)) return;
     if (!error_.empty()) throw AbortedError(error_);
+    const int peer = op.out ? op.out->peer : op.in->peer;
+    if (peers_[peer]->closed)
+      throw AbortedError("r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
+                         std::to_string(rank_) + " still " + (op.out ? "sent to" : "expected data from") +
+                         " it (the ranks ran different sequences of collectives)");
     if (now_ns() > deadline) {
-      const int peer = op.out ? op.out->peer : -1;
       set_error_locked("r2cc: a transfer " + std::string(op.out ? "to" : "from") + " rank " +
-                       (peer >= 0 ? std::to_string(peer) : std::string("a peer")) + " did not finish within " +
+                       std::to_string(peer) + " did not finish within " +
                        std::to_string(opt_.op_timeout_s) +
                        " s (R2CC_OP_TIMEOUT_S): the collective timed out; a rank is stuck or the ranks called "
                        "different collectives. The group is aborted.");
@@ -113,9 +161,12 @@ void Transport::wait(const Op& op) {
 
 // ---- acknowledgements --------------------------------------------------------------
 
-void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
+void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent) {
   p.acks.push_back(AckItem{seq, idx, all});
-  p.cv.notify_all();
+  // Acks of small chunks ride on the next write or heartbeat (<= heartbeat_ms):
+  // their sender does not wait for them, and waking a writer per tiny message
+  // costs more than the message. Large chunks free window space: ack at once.
+  if (urgent) p.cv.notify_one();
 }
 
 void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
@@ -188,6 +239,10 @@ void Transport::writer_loop(Conn& c) {
     use_fd_locked(c, fd);
     auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
     while (!stale()) {
+      if (c.writing) {  // an inline sender owns the socket right now
+        p.cv.wait_for(lk, std::chrono::milliseconds(1));
+        continue;
+      }
       const int64_t now = now_ns();
       frames.clear();
       abort_reason.swap(c.ctrl_abort);
@@ -222,20 +277,9 @@ void Transport::writer_loop(Conn& c) {
         continue;
       }
       FrameHeader dh{};
-      size_t chunk_len = 0;
-      if (chunk.msg) {
-        OutMsg& m = *chunk.msg;
-        chunk_len = m.chunk_len(chunk.idx);
-        dh = FrameHeader{kFrameMagic, uint32_t(FrameType::kData), m.seq, uint64_t(chunk.idx) * m.chunk, m.len,
-                         uint32_t(chunk_len), uint32_t(m.chunk)};
-        m.on_rail[chunk.idx] = int8_t(c.rail);
-        c.inflight.emplace_back(m.seq, chunk.idx);
-        if (c.inflight_bytes == 0) c.busy_since_ns = now;
-        c.inflight_bytes += chunk_len;
-        c.st.chunks_sent++;
-        c.st.bytes_sent += chunk_len;
-      }
+      if (chunk.msg) dh = start_chunk_locked(c, chunk, now);
       c.last_tx_ns = now;
+      c.writing = true;
       lk.unlock();
       std::string err;
       if (!frames.empty()) err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale);
@@ -244,8 +288,13 @@ void Transport::writer_loop(Conn& c) {
         err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale);
       }
       if (err.empty() && chunk.msg)
-        err = writev_full(fd, &dh, sizeof(dh), chunk.msg->data + dh.offset, chunk_len, kPollMs, stale);
+        err = writev_full(fd, &dh, sizeof(dh), chunk.msg->data + dh.offset, dh.len, kPollMs, stale);
       lk.lock();
+      c.writing = false;
+      if (err.empty() && chunk.msg && c.fail_after_chunks > 0 && --c.fail_after_chunks == 0) {
+        c.fail_after_chunks = -1;
+        err = "injected failure (test)";
+      }
       if (!err.empty()) {
         fail_conn_locked(c, epoch,
                          "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);
@@ -313,6 +362,11 @@ void Transport::reader_loop(Conn& c) {
           }
           break;
         }
+        case FrameType::kGoodbye: {
+          std::lock_guard<std::mutex> g(mu_);
+          peer_closed_locked(p);
+          break;
+        }
         case FrameType::kDrain:
         case FrameType::kUndrain: {
           std::lock_guard<std::mutex> g(mu_);
@@ -339,6 +393,7 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
   if (h.chunk_bytes == 0 || h.offset % h.chunk_bytes != 0 || h.offset + h.len > h.total)
     return "corrupt data frame (offset/length out of range)";
   const size_t idx = h.offset / h.chunk_bytes;
+  const bool urgent = h.total > opt_.small_msg_bytes;
   std::shared_ptr<InMsg> m;
   char* dest = nullptr;  // set when this reader claimed the chunk
   {
@@ -347,6 +402,7 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
       auto& slot = p.in[h.seq];
       if (!slot) {  // arrived before the receive was posted: keep it in a stash
         slot = std::make_shared<InMsg>();
+        slot->peer = c.peer;
         slot->seq = h.seq;
         slot->len = h.total;
         slot->stash.resize(h.total);
@@ -379,14 +435,14 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
   std::lock_guard<std::mutex> g(mu_);
   c.st.bytes_recv += err.empty() ? h.len : 0;
   if (!m) {  // whole message already complete: only re-acknowledge
-    if (err.empty()) enqueue_ack_locked(p, h.seq, idx, false);
+    if (err.empty()) enqueue_ack_locked(p, h.seq, idx, false, urgent);
     return err;
   }
   auto complete_chunk = [&] {
     m->state[idx] = kChunkDone;
     m->pending.erase(idx);
     m->nrecv++;
-    enqueue_ack_locked(p, h.seq, idx, false);
+    enqueue_ack_locked(p, h.seq, idx, false, urgent);
     if (m->nrecv == m->nchunks) finish_in_locked(p, *m);
   };
   if (dest) {
@@ -404,7 +460,7 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
   }
   if (!err.empty()) return err;
   if (m->state[idx] == kChunkDone) {
-    enqueue_ack_locked(p, h.seq, idx, false);
+    enqueue_ack_locked(p, h.seq, idx, false, urgent);
   } else if (m->state[idx] == kChunkNone) {  // the claimant gave up
     std::memcpy(m->data + h.offset, scratch.data(), h.len);
     complete_chunk();

@@ -184,6 +184,11 @@ class Communicator:
     def restore_rail(self, rail: int) -> None:
         self._t.restore_rail(self._check_rail(rail))
 
+    def inject_failure(self, peer: int, rail: int, after_chunks: int = 1) -> None:
+        """Test fault injector: the connection to `peer` on `rail` fails right after it sends
+        `after_chunks` more data chunks (so un-acknowledged data is surely in flight)."""
+        self._t.inject_failure(self._check_peer(peer), self._check_rail(rail), after_chunks)
+
     def abort(self, reason: str) -> None:
         self._t.abort(reason)
 

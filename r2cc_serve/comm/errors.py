@@ -15,7 +15,7 @@ def translate_errors():
         yield
     except _C.AbortedError as exc:
         msg = str(exc)
-        if "rails between" in msg:
+        if "every rail between two ranks" in msg:
             raise RailsDownError(msg) from None
         if "timed out" in msg:
             raise CollectiveTimeoutError(msg) from None

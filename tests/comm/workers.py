@@ -1,0 +1,240 @@
+"""Rank functions for the multi-process tests (spawned: must be importable top-level)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import torch
+
+LOOPBACK_RAILS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+def make_input(rank: int, n: int, dtype, salt: int = 0) -> torch.Tensor:
+    """Deterministic per-rank data that every rank can recompute for references."""
+    g = torch.Generator().manual_seed(1000 * rank + 7 * n + salt)
+    if dtype.is_floating_point:
+        return (torch.randn(n, generator=g) * 10).to(dtype)
+    return torch.randint(-1000, 1000, (n,), generator=g, dtype=dtype)
+
+
+def reference_reduce(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+    """Element-wise reduction in rank order; 16-bit floats accumulate in fp32 and round once."""
+    wide = tensors[0].dtype in (torch.float16, torch.bfloat16)
+    acc = tensors[0].float() if wide else tensors[0].clone()
+    for t in tensors[1:]:
+        t = t.float() if wide else t
+        acc = acc + t if op == "sum" else (torch.maximum(acc, t) if op == "max" else torch.minimum(acc, t))
+    return acc.to(tensors[0].dtype)
+
+
+def open_comm(rank, world, store, rails=None, netns=None, group="test", **opts):
+    from r2cc_serve import Communicator
+
+    return Communicator(rank, world, store, rails or LOOPBACK_RAILS, netns=netns, group=group, **opts)
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a,
+                                                                     b.view(-1).view(torch.uint8) if b.numel() else b)
+
+
+def all_collectives(rank, world, store, sizes, opts):
+    """Runs every collective for every dtype/size; returns a list of failures (empty = good)."""
+    comm = open_comm(rank, world, store, **opts)
+    bad = []
+    try:
+        for dtype in DTYPES:
+            for n in sizes:
+                inputs = [make_input(r, n, dtype) for r in range(world)]
+                for op in ("sum", "max", "min"):
+                    got = comm.all_reduce(inputs[rank].clone(), op=op)
+                    if not bits_equal(got, reference_reduce(inputs, op)):
+                        bad.append(f"all_reduce {op} {dtype} n={n}")
+                out = comm.all_reduce(inputs[rank], inplace=False)
+                if not bits_equal(out, reference_reduce(inputs, "sum")) or not bits_equal(inputs[rank], make_input(rank, n, dtype)):
+                    bad.append(f"all_reduce out-of-place {dtype} n={n}")
+                g = comm.all_gather(inputs[rank])
+                if not bits_equal(g.view(-1), torch.cat(inputs)):
+                    bad.append(f"all_gather {dtype} n={n}")
+                big = [make_input(r, n * world, dtype, salt=1) for r in range(world)]
+                rs = comm.reduce_scatter(big[rank])
+                want = reference_reduce(big, "sum")[rank * n:(rank + 1) * n]
+                if not bits_equal(rs, want):
+                    bad.append(f"reduce_scatter {dtype} n={n}")
+                root = n % world
+                ga = comm.gather(inputs[rank], dst=root)
+                if rank == root and not bits_equal(ga.view(-1), torch.cat(inputs)):
+                    bad.append(f"gather {dtype} n={n}")
+                b = inputs[rank].clone()
+                comm.broadcast(b, src=root)
+                if not bits_equal(b, inputs[root]):
+                    bad.append(f"broadcast {dtype} n={n}")
+        # point to point around a ring
+        x = make_input(rank, 4099, torch.float32)
+        y = torch.empty_like(x)
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        if rank % 2 == 0:
+            comm.send(x, nxt)
+            comm.recv(y, prv)
+        else:
+            comm.recv(y, prv)
+            comm.send(x, nxt)
+        if not bits_equal(y, make_input(prv, 4099, torch.float32)):
+            bad.append("send/recv")
+    finally:
+        comm.close()
+    return bad
+
+
+def _delayed(seconds, fn, *args):
+    t = threading.Timer(seconds, fn, args)
+    t.start()
+    return t
+
+
+def failover_mid_collective(rank, world, store, n, delay_s, opts):
+    """Rank 0 fails rail 1 over while a large all_reduce runs; result must be bit-exact.
+
+    On loopback a 64 MiB transfer takes milliseconds, so besides the operator failover
+    (timer) rank 1's rail 2 is made to fail with a chunk surely in flight."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        inputs = [make_input(r, n, torch.float32) for r in range(world)]
+        want = reference_reduce(inputs, "sum")
+        comm.all_reduce(inputs[rank].clone())  # warm up
+        timer = _delayed(delay_s, comm.failover_rail, 1) if rank == 0 else None
+        if rank == 1:
+            comm.inject_failure(0, 2, after_chunks=5)
+        got = comm.all_reduce(inputs[rank].clone())
+        if timer:
+            timer.join()
+        stats_during = comm.rail_stats()
+        comm.restore_rail(1)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(s["state"] != "up" for s in comm.rail_stats()):
+            time.sleep(0.05)
+        states_after = [s["state"] for s in comm.rail_stats()]
+        after = comm.all_reduce(inputs[rank].clone())
+        return {
+            "exact": bits_equal(got, want),
+            "exact_after": bits_equal(after, want),
+            "failovers": sum(s["failovers"] for s in stats_during),
+            "resent": sum(s["chunks_resent"] for s in stats_during),
+            "states_after": states_after,
+            "rail1_reconnects": sum(s["reconnects"] for s in comm.rail_stats() if s["rail"] == 1),
+        }
+    finally:
+        comm.close()
+
+
+def drain_moves_traffic(rank, world, store, opts):
+    """While rail 0 is drained (by rank 0 only), no rank sends on it; undrain brings it back."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = make_input(rank, 1 << 20, torch.float32)
+
+        def sent_on(rail):
+            return sum(s["bytes_sent"] for s in comm.rail_stats() if s["rail"] == rail)
+
+        comm.all_reduce(x.clone())
+        store.set(f"drain-ready/{rank}", "1")
+        if rank == 0:
+            comm.drain_rail(0)
+        comm.all_reduce(x.clone())  # the drain frame reaches the peers at the latest with this traffic
+        store.set(f"drained/{rank}", "1")
+        for r in range(world):
+            store.get(f"drained/{r}")
+        before = sent_on(0)
+        states = [s["state"] for s in comm.rail_stats() if s["rail"] == 0]
+        for _ in range(5):
+            comm.all_reduce(x.clone())
+        during = sent_on(0) - before
+        if rank == 0:
+            comm.undrain_rail(0)
+        comm.all_reduce(x.clone())
+        store.set(f"undrained/{rank}", "1")
+        for r in range(world):
+            store.get(f"undrained/{r}")
+        before = sent_on(0)
+        for _ in range(5):
+            comm.all_reduce(x.clone())
+        return {"during": during, "after": sent_on(0) - before, "states": states}
+    finally:
+        comm.close()
+
+
+def stranger_rejected(rank, world, store, opts):
+    """A process without the secret connects to rank 0's rail ports; the group carries on."""
+    import socket
+
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = make_input(rank, 100000, torch.float32)
+        want = reference_reduce([make_input(r, 100000, torch.float32) for r in range(world)], "sum")
+        if rank == 0:
+            addrs = json.loads(store.get("r2cc/test/addr/0").decode())
+            for ip, port in addrs:
+                with socket.create_connection((ip, port), timeout=2) as s:
+                    s.recv(24)  # greeting
+                    s.sendall(b"\x43\x43\x32\x52" + b"\x01\x00\x00\x00" + b"x" * 48)  # wrong group, wrong MAC
+                    s.settimeout(2)
+                    try:
+                        s.recv(16)
+                    except OSError:
+                        pass
+            # One that connects and says nothing at all.
+            idle = socket.create_connection(tuple(addrs[0]), timeout=2)
+        ok = all(bits_equal(comm.all_reduce(x.clone()), want) for _ in range(5))
+        if rank == 0:
+            time.sleep(1.2)  # past the handshake timeout
+            idle.close()
+        return {"ok": ok, "rejected": comm.counters()["rejected_handshakes"],
+                "failovers": comm.counters()["failovers"]}
+    finally:
+        comm.close()
+
+
+def all_rails_down(rank, world, store, opts):
+    """Rank 0 fails every rail over; every rank must raise RailsDownError, fast, same text."""
+    from r2cc_serve.errors import RailsDownError
+
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = make_input(rank, 1 << 16, torch.float32)
+        comm.all_reduce(x.clone())
+        store.set(f"ready/{rank}", "1")
+        for r in range(world):
+            store.get(f"ready/{r}")
+        t0 = time.time()
+        if rank == 0:
+            for rail in range(comm.num_rails):
+                comm.failover_rail(rail)
+        try:
+            for _ in range(1000):
+                comm.all_reduce(x.clone())
+                time.sleep(0.01)
+            return {"raised": None}
+        except RailsDownError as exc:
+            return {"raised": "RailsDownError", "msg": str(exc), "after_s": time.time() - t0}
+        except Exception as exc:  # the wrong kind of error fails the test
+            return {"raised": type(exc).__name__, "msg": str(exc), "after_s": time.time() - t0}
+    finally:
+        comm.close()
+
+
+def size_mismatch(rank, world, store, opts):
+    from r2cc_serve.errors import R2CCError
+
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = torch.ones(1000 + rank * 10)
+        try:
+            comm.all_gather(x)
+            return "no error"
+        except R2CCError as exc:
+            return str(exc)
+    finally:
+        comm.close()
