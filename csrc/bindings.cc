@@ -32,6 +32,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("window_bytes", &TransportOptions::window_bytes)
       .def_readwrite("heartbeat_ms", &TransportOptions::heartbeat_ms)
       .def_readwrite("rail_timeout_ms", &TransportOptions::rail_timeout_ms)
+      .def_readwrite("peer_silence_ms", &TransportOptions::peer_silence_ms)
       .def_readwrite("probe_interval_ms", &TransportOptions::probe_interval_ms)
       .def_readwrite("all_down_grace_ms", &TransportOptions::all_down_grace_ms)
       .def_readwrite("connect_timeout_s", &TransportOptions::connect_timeout_s)

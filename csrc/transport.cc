@@ -417,6 +417,7 @@ std::string Transport::error() const {
 
 void Transport::watchdog_loop() {
   const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
+  const int64_t peer_silence_ns = int64_t(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)) * 1000000;
   const int64_t grace_ns = int64_t(opt_.all_down_grace_ms) * 1000000;
   while (!stopping_) {
     struct timespec ts{0, 2 * 1000000};
@@ -425,12 +426,19 @@ void Transport::watchdog_loop() {
     const int64_t now = now_ns();
     for (auto& p : peers_) {
       if (p->rank == rank_ || p->closed) continue;
+      int64_t freshest = 0;
+      for (auto& c : p->conns)
+        if (is_connected(c->state)) freshest = std::max(freshest, c->last_rx_ns.load());
+      // One rail silent while another still delivers: that rail is broken. Every
+      // rail silent at once looks like a stalled peer (CPU starvation) as much as a
+      // dead host, so that needs the longer peer_silence before rails are failed.
+      const bool peer_alive = now - freshest < timeout_ns;
       for (auto& c : p->conns) {
         if (!is_connected(c->state)) continue;
         const int64_t silent = now - c->last_rx_ns.load();
         // Bytes already queued in the kernel mean the peer is alive and our reader
         // is just slow to run (two cores): not a rail failure.
-        if (silent > timeout_ns && bytes_readable(c->fd) == 0)
+        if (silent > (peer_alive ? timeout_ns : peer_silence_ns) && bytes_readable(c->fd) == 0)
           fail_conn_locked(*c, c->epoch.load(),
                            "no bytes from rank " + std::to_string(p->rank) + " on rail" + std::to_string(c->rail) +
                                " for " + std::to_string(silent / 1000000) + " ms (link down or blackholed)");

@@ -36,8 +36,9 @@ struct TransportOptions {
   size_t window_bytes = 1024 * 1024;
   int heartbeat_ms = 5;
   int rail_timeout_ms = 60;
+  int peer_silence_ms = 400;
   int probe_interval_ms = 200;
-  int all_down_grace_ms = 800;
+  int all_down_grace_ms = 600;
   double connect_timeout_s = 30;
   double op_timeout_s = 300;
   size_t small_msg_bytes = 64 * 1024;
@@ -168,6 +169,7 @@ class Transport {
   void finish_in_locked(Peer& p, InMsg& m);
   void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
+  size_t window_for_locked(const Conn& c) const;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now);
   bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk);
 

@@ -74,7 +74,7 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
 bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk) {
   Conn* best = nullptr;
   for (auto& c : p.conns)
-    if (!c->writing && c->inflight_bytes < opt_.window_bytes && c->ctrl.empty() && c->ctrl_abort.empty() &&
+    if (!c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() && c->ctrl_abort.empty() &&
         conn_takes_chunks_locked(*c, p) && (!best || c->inflight_bytes < best->inflight_bytes))
       best = c.get();
   if (!best) return false;
@@ -214,6 +214,15 @@ void Transport::finish_in_locked(Peer& p, InMsg& m) {
 
 // ---- writer ----------------------------------------------------------------
 
+size_t Transport::window_for_locked(const Conn& c) const {
+  // A slow rail gets a window of ~10 ms of its own measured bandwidth (at least one
+  // chunk): it then holds few bytes when a message ends, so it does not become the
+  // straggler that every collective waits for.
+  if (c.st.bandwidth_Bps <= 0) return opt_.window_bytes;
+  const size_t w = size_t(c.st.bandwidth_Bps * 0.010);
+  return std::max(opt_.chunk_bytes, std::min(w, opt_.window_bytes));
+}
+
 bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
   if (c.state == RailState::kUp && !c.peer_drained) return true;
   if (!is_connected(c.state)) return false;
@@ -260,7 +269,7 @@ void Transport::writer_loop(Conn& c) {
       while (!c.acks_carried.empty() && now - c.acks_carried.front().first > kAckMemoryNs) c.acks_carried.pop_front();
       // Next chunk, if the window allows; chunks acked meanwhile are dropped from the queue.
       Chunk chunk;
-      if (error_.empty() && c.inflight_bytes < opt_.window_bytes && conn_takes_chunks_locked(c, p)) {
+      if (error_.empty() && c.inflight_bytes < window_for_locked(c) && conn_takes_chunks_locked(c, p)) {
         while (!p.queue.empty()) {
           Chunk ch = p.queue.front();
           p.queue.pop_front();

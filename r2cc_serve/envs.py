@@ -41,9 +41,12 @@ _knob("R2CC_HEARTBEAT_MS", 5, int,
       "An idle rail sends a heartbeat this often so the peer can tell silence from death.")
 _knob("R2CC_RAIL_TIMEOUT_MS", 60, int,
       "A rail that delivers no byte for this long is declared failed (no-progress detector).")
+_knob("R2CC_PEER_SILENCE_MS", 400, int,
+      "When every rail to a peer is silent at once (stalled peer or dead host, not one bad "
+      "rail), rails are failed only after this long.")
 _knob("R2CC_PROBE_INTERVAL_MS", 200, int,
       "How often a failed rail is probed (reconnect attempt) for re-admission.")
-_knob("R2CC_ALL_RAILS_DOWN_GRACE_MS", 800, int,
+_knob("R2CC_ALL_RAILS_DOWN_GRACE_MS", 600, int,
       "With no healthy rail to a peer, wait this long for one to come back before the "
       "group aborts with RailsDownError on every rank.")
 _knob("R2CC_CONNECT_TIMEOUT_S", 30.0, float,

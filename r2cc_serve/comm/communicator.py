@@ -44,6 +44,7 @@ def transport_options(**overrides) -> "_C.TransportOptions":
     opt.window_bytes = envs.get("R2CC_RAIL_WINDOW_BYTES")
     opt.heartbeat_ms = envs.get("R2CC_HEARTBEAT_MS")
     opt.rail_timeout_ms = envs.get("R2CC_RAIL_TIMEOUT_MS")
+    opt.peer_silence_ms = envs.get("R2CC_PEER_SILENCE_MS")
     opt.probe_interval_ms = envs.get("R2CC_PROBE_INTERVAL_MS")
     opt.all_down_grace_ms = envs.get("R2CC_ALL_RAILS_DOWN_GRACE_MS")
     opt.connect_timeout_s = envs.get("R2CC_CONNECT_TIMEOUT_S")

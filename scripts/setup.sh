@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One-shot, idempotent set-up of everything r2cc-serve needs on a fresh Debian
+# machine (run as root): system tools for the fault lab and the Open MPI peer,
+# the Python package with its C++ core, test tools, and (unless R2CC_SKIP_VLLM=1)
+# vLLM for CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh: run as root (it installs Debian packages; the fault lab needs root too)" >&2
+  exit 2
+fi
+
+APT_PKGS=(iproute2 nftables procps openmpi-bin libopenmpi-dev g++ make)
+missing=()
+for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  step "apt: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+step "pip: torch 2.13.0 (CPU), build and test tools"
+$PY -m pip install -q --disable-pip-version-check "torch==2.13.0" "pybind11>=2.12" "setuptools>=68" wheel \
+  pytest pytest-timeout mpi4py
+
+step "pip: r2cc-serve (editable) and its C++ core"
+$PY -m pip install -q --disable-pip-version-check --no-build-isolation -e ".[test,bench]"
+$PY -c "import r2cc_serve._C" || { echo "setup.sh: the C++ core did not build" >&2; exit 1; }
+
+if [ "${R2CC_SKIP_VLLM:-0}" != 1 ] && [ -f scripts/install_vllm.sh ]; then
+  step "vLLM for CPU"
+  bash scripts/install_vllm.sh
+fi
+step "set-up done: try \`r2cc lab up --hosts 2 --rails 4\` or \`python -m pytest -q\`"

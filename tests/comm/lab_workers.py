@@ -1,0 +1,174 @@
+"""Rank functions for the fault-lab tests: rank r's rails live in lab host r.
+
+Faults are real kernel events injected by rank 0 through the lab API (link down,
+nftables blackhole, tbf rate cut), timed against the running collective.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from tests.comm.workers import bits_equal, make_input, open_comm, reference_reduce
+
+
+def _lab():
+    from r2cc_serve.lab import Lab
+
+    return Lab.load()
+
+
+def lab_comm(rank, world, store, **opts):
+    lab = _lab()
+    rails = [lab.rail_ifname(k) for k in range(lab.rails)]
+    return lab, open_comm(rank, world, store, rails=rails, netns=lab.host_ns(rank), group="lab", **opts)
+
+
+def _barrier(store, name, rank, world):
+    store.set(f"{name}/{rank}", "1")
+    for r in range(world):
+        store.get(f"{name}/{r}")
+
+
+def _totals(comm):
+    st = comm.rail_stats()
+    return {"failovers": sum(s["failovers"] for s in st), "resent_bytes": sum(s["bytes_resent"] for s in st),
+            "states": {s["rail"]: s["state"] for s in st},
+            "sent_by_rail": [sum(s["bytes_sent"] for s in st if s["rail"] == k) for k in range(comm.num_rails)]}
+
+
+def fault_mid_collective(rank, world, store, kind, n, at_s):
+    """A fault on host 0 rail 1 `at_s` into an all_reduce of n floats: result bit-exact."""
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        inputs = [make_input(r, n, torch.float32) for r in range(world)]
+        want = reference_reduce(inputs, "sum")
+        comm.all_reduce(inputs[rank].clone())
+        _barrier(store, "go", rank, world)
+        timer = threading.Timer(at_s, lab.fault, (0, 1, kind)) if rank == 0 else None
+        if timer:
+            timer.start()
+        t0 = time.perf_counter()
+        got = comm.all_reduce(inputs[rank].clone())
+        took = time.perf_counter() - t0
+        if timer:
+            timer.join()
+        during = _totals(comm)
+        _barrier(store, "measured", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "clear")
+        # Re-admission: the rail comes back up (probing needs no traffic) and carries bytes again.
+        deadline = time.time() + 15
+        while time.time() < deadline and any(s != "up" for s in _totals(comm)["states"].values()):
+            time.sleep(0.05)
+        _barrier(store, "readmitted", rank, world)
+        before = _totals(comm)["sent_by_rail"][1]
+        after = comm.all_reduce(inputs[rank].clone())
+        return {"exact": bits_equal(got, want), "exact_after": bits_equal(after, want), "took": took,
+                "during": during, "final_states": _totals(comm)["states"],
+                "rail1_bytes_after": _totals(comm)["sent_by_rail"][1] - before}
+    finally:
+        _barrier(store, "end", rank, world)
+        comm.close()
+
+
+def flap_during_many(rank, world, store, count, period_ms, flaps):
+    """`count` collectives while rail 1 of host 0 flaps; every result bit-exact."""
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        sizes = [1024, 65536, 300000]
+        inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
+        wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
+        _barrier(store, "go", rank, world)
+        flapper = lab.fault(0, 1, "flap", (period_ms, flaps), background=True) if rank == 0 else None
+        bad = 0
+        for i in range(count):
+            n = sizes[i % len(sizes)]
+            if not bits_equal(comm.all_reduce(inputs[n][rank].clone()), wants[n]):
+                bad += 1
+        if flapper:
+            flapper.join(timeout=30)
+        return {"bad": bad, **_totals(comm)}
+    finally:
+        _barrier(store, "end", rank, world)
+        comm.close()
+
+
+def degrade_shifts_load(rank, world, store, rate):
+    """Rail 1 cut to `rate`: results stay exact and the slow rail carries a small share."""
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        n = 4 << 20
+        inputs = [make_input(r, n, torch.float32) for r in range(world)]
+        want = reference_reduce(inputs, "sum")
+        comm.all_reduce(inputs[rank].clone())
+        _barrier(store, "go", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "degrade", rate)
+        _barrier(store, "degraded", rank, world)
+        before = _totals(comm)["sent_by_rail"]
+        exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(4))
+        after = _totals(comm)["sent_by_rail"]
+        share = [a - b for a, b in zip(after, before)]
+        bw = {s["rail"]: s["bandwidth_Bps"] for s in comm.rail_stats()}
+        _barrier(store, "measured", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "clear")
+        return {"exact": exact, "share": share, "bw": bw}
+    finally:
+        _barrier(store, "end", rank, world)
+        comm.close()
+
+
+def all_rails_down(rank, world, store):
+    """Every rail of host 0 goes down: every rank raises RailsDownError within 2 s."""
+    from r2cc_serve.errors import RailsDownError
+
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        x = make_input(rank, 1 << 16, torch.float32)
+        comm.all_reduce(x.clone())
+        _barrier(store, "go", rank, world)
+        if rank == 0:
+            for k in range(lab.rails):
+                lab.fault(0, k, "down")
+        t0 = time.time()
+        try:
+            for _ in range(2000):
+                comm.all_reduce(x.clone())
+                time.sleep(0.005)
+            return {"raised": None}
+        except RailsDownError as exc:
+            return {"raised": "RailsDownError", "headline": str(exc).splitlines()[0], "after_s": time.time() - t0}
+        except Exception as exc:
+            return {"raised": type(exc).__name__, "headline": str(exc), "after_s": time.time() - t0}
+    finally:
+        if rank == 0:
+            for k in range(lab.rails):
+                lab.fault(0, k, "clear")
+        comm.close()
+
+
+def stranger_on_rail(rank, world, store):
+    """A stranger connects to a rail port from inside the lab; it is rejected, nothing breaks."""
+    import json
+    import subprocess
+    import sys
+
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        x = make_input(rank, 100000, torch.float32)
+        want = reference_reduce([make_input(r, 100000, torch.float32) for r in range(world)], "sum")
+        if rank == 0:
+            ip, port = json.loads(store.get("r2cc/lab/addr/0").decode())[0]
+            code = ("import socket;s=socket.create_connection(('%s',%d),timeout=2);s.recv(24);"
+                    "s.sendall(b'CC2R'+b'\\x01\\x00\\x00\\x00'+b'x'*48);s.settimeout(2)\n"
+                    "try: s.recv(16)\nexcept OSError: pass" % (ip, port))
+            subprocess.run(["ip", "netns", "exec", lab.host_ns(1), sys.executable, "-c", code], check=True, timeout=20)
+        ok = all(bits_equal(comm.all_reduce(x.clone()), want) for _ in range(5))
+        return {"ok": ok, **comm.counters()}
+    finally:
+        _barrier(store, "end", rank, world)
+        comm.close()
