@@ -1,0 +1,84 @@
+"""Type stub of the C++ core (csrc/bindings.cc). Blocking calls release the GIL."""
+
+from enum import Enum
+
+class AbortedError(RuntimeError): ...
+
+class DType(Enum):
+    f32: DType
+    f16: DType
+    bf16: DType
+    i32: DType
+    i64: DType
+
+class RedOp(Enum):
+    sum: RedOp
+    max: RedOp
+    min: RedOp
+
+class TransportOptions:
+    chunk_bytes: int
+    window_bytes: int
+    heartbeat_ms: int
+    rail_timeout_ms: int
+    peer_silence_ms: int
+    probe_interval_ms: int
+    all_down_grace_ms: int
+    connect_timeout_s: float
+    op_timeout_s: float
+    small_msg_bytes: int
+    def __init__(self) -> None: ...
+
+class ConnStats:
+    peer: int
+    rail: int
+    state: str
+    held: bool
+    bytes_sent: int
+    bytes_recv: int
+    chunks_sent: int
+    chunks_resent: int
+    bytes_resent: int
+    failovers: int
+    reconnects: int
+    inflight_bytes: int
+    bandwidth_Bps: float
+    rtt_s: float
+    last_detect_s: float
+    last_error: str
+    last_error_time: float
+
+class Counters:
+    rejected_handshakes: int
+    failovers: int
+    chunks_resent: int
+    bytes_resent: int
+
+class Transport:
+    rank: int
+    world: int
+    num_rails: int
+    def __init__(self, rank: int, world: int, rail_ips: list[str], netns: str, secret: bytes, group_hash: int,
+                 options: TransportOptions) -> None: ...
+    def listen_ports(self) -> list[int]: ...
+    def connect_all(self, peer_addrs: list[list[tuple[str, int]]]) -> None: ...
+    def drain_rail(self, rail: int) -> None: ...
+    def undrain_rail(self, rail: int) -> None: ...
+    def failover_rail(self, rail: int) -> None: ...
+    def restore_rail(self, rail: int) -> None: ...
+    def inject_failure(self, peer: int, rail: int, chunks: int) -> None: ...
+    def abort(self, reason: str) -> None: ...
+    def error(self) -> str: ...
+    def stats(self) -> list[ConnStats]: ...
+    def counters(self) -> Counters: ...
+    def close(self) -> None: ...
+    def all_reduce(self, inp: int, out: int, count: int, dtype: DType, op: RedOp, slice_bytes: int) -> None: ...
+    def all_gather(self, inp: int, out: int, count: int, dtype: DType) -> None: ...
+    def reduce_scatter(self, inp: int, out: int, count: int, dtype: DType, op: RedOp) -> None: ...
+    def gather(self, inp: int, out: int, count: int, dtype: DType, root: int) -> None: ...
+    def broadcast(self, buf: int, nbytes: int, root: int) -> None: ...
+    def send(self, buf: int, nbytes: int, peer: int) -> None: ...
+    def recv(self, buf: int, nbytes: int, peer: int) -> None: ...
+
+def iface_ipv4(ifname: str, netns: str = "") -> str: ...
+def reduce_in_order(dtype: DType, op: RedOp, out: int, inputs: list[int], count: int) -> None: ...

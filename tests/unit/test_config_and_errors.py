@@ -1,0 +1,60 @@
+"""Knob registry, rail resolution and user-facing errors (no network needed)."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from r2cc_serve import envs
+from r2cc_serve.errors import UserError
+from r2cc_serve.transport.rails import resolve_rails
+
+
+def test_knobs_have_defaults_and_parse(monkeypatch):
+    assert envs.get("R2CC_CHUNK_BYTES") == 256 * 1024
+    monkeypatch.setenv("R2CC_RAIL_TIMEOUT_MS", "75")
+    assert envs.get("R2CC_RAIL_TIMEOUT_MS") == 75
+    monkeypatch.setenv("R2CC_RAIL_TIMEOUT_MS", "fast")
+    with pytest.raises(ValueError, match="R2CC_RAIL_TIMEOUT_MS"):
+        envs.get("R2CC_RAIL_TIMEOUT_MS")
+    with pytest.raises(KeyError, match="declare it"):
+        envs.get("R2CC_NO_SUCH_THING")
+
+
+def test_rails_resolve_addresses_and_interfaces():
+    assert resolve_rails(["127.0.0.1", "127.0.0.2"], None) == ["127.0.0.1", "127.0.0.2"]
+    assert resolve_rails(["lo"], None) == ["127.0.0.1"]
+    with pytest.raises(UserError, match="no interface"):
+        resolve_rails(["nosuchif0"], None)
+    with pytest.raises(UserError, match="distinct"):
+        resolve_rails(["127.0.0.1", "lo"], None)
+
+
+def test_bad_communicator_arguments_are_user_errors():
+    from r2cc_serve import Communicator
+
+    with pytest.raises(UserError, match="outside world size"):
+        Communicator(3, 2, store=None, rails=["127.0.0.1"])
+    with pytest.raises(UserError, match="at least one rail"):
+        Communicator(0, 2, store=None, rails=[])
+
+
+def test_unsupported_tensor_is_a_user_error():
+    from r2cc_serve.comm.communicator import _contiguous, _dtype, _op
+
+    with pytest.raises(UserError, match="not supported"):
+        _dtype(torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(UserError, match="reduce op"):
+        _op("avg")
+    with pytest.raises(UserError, match="torch.Tensor"):
+        _contiguous([1, 2])
+
+
+def test_cli_knobs_lists_every_setting_and_unknown_command_fails_cleanly():
+    out = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "knobs"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert all(k.name in out.stdout for k in envs.all_knobs())
+    bad = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "nonsense"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
