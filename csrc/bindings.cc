@@ -37,13 +37,15 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("all_down_grace_ms", &TransportOptions::all_down_grace_ms)
       .def_readwrite("connect_timeout_s", &TransportOptions::connect_timeout_s)
       .def_readwrite("op_timeout_s", &TransportOptions::op_timeout_s)
-      .def_readwrite("small_msg_bytes", &TransportOptions::small_msg_bytes);
+      .def_readwrite("small_msg_bytes", &TransportOptions::small_msg_bytes)
+      .def_readwrite("fallback_rails", &TransportOptions::fallback_rails);
 
   py::class_<ConnStats>(m, "ConnStats")
       .def_readonly("peer", &ConnStats::peer)
       .def_readonly("rail", &ConnStats::rail)
       .def_readonly("state", &ConnStats::state)
       .def_readonly("held", &ConnStats::held)
+      .def_readonly("fallback", &ConnStats::fallback)
       .def_readonly("bytes_sent", &ConnStats::bytes_sent)
       .def_readonly("bytes_recv", &ConnStats::bytes_recv)
       .def_readonly("chunks_sent", &ConnStats::chunks_sent)

@@ -542,6 +542,7 @@ std::vector<ConnStats> Transport::stats() const {
       ConnStats s = c->st;
       s.state = rail_state_name(c->state);
       s.held = rail_held_[c->rail];
+      s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
       out.push_back(s);
     }

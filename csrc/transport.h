@@ -42,6 +42,7 @@ struct TransportOptions {
   double connect_timeout_s = 30;
   double op_timeout_s = 300;
   size_t small_msg_bytes = 64 * 1024;
+  int fallback_rails = 0;  // the last N rails carry data only when no primary rail to a peer is connected
 };
 
 // Rail connection states. Only the transport moves them:
@@ -55,6 +56,7 @@ struct ConnStats {
   int rail = -1;
   std::string state;
   bool held = false;  // operator failover: not re-admitted until restore_rail
+  bool fallback = false;  // a fallback rail (e.g. the management network)
   uint64_t bytes_sent = 0, bytes_recv = 0, chunks_sent = 0, chunks_resent = 0, bytes_resent = 0;
   uint64_t failovers = 0, reconnects = 0;
   uint64_t inflight_bytes = 0;

@@ -224,11 +224,18 @@ size_t Transport::window_for_locked(const Conn& c) const {
 }
 
 bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
-  if (c.state == RailState::kUp && !c.peer_drained) return true;
+  // Preference: an undrained primary rail; else a drained primary rail (the
+  // operator drained them all, traffic must still flow); else a fallback rail.
+  const int primaries = num_rails() - opt_.fallback_rails;
+  auto usable = [](const Conn& x) { return x.state == RailState::kUp && !x.peer_drained; };
   if (!is_connected(c.state)) return false;
-  // A drained rail still carries traffic when no undrained rail to the peer is left.
-  for (auto& o : p.conns)
-    if (o->state == RailState::kUp && !o->peer_drained) return false;
+  const bool primary = c.rail < primaries;
+  if (primary && usable(c)) return true;
+  for (int r = 0; r < primaries; ++r)
+    if (usable(*p.conns[r])) return false;
+  if (primary) return true;
+  for (int r = 0; r < primaries; ++r)
+    if (is_connected(p.conns[r]->state)) return false;
   return true;
 }
 

@@ -27,6 +27,7 @@ class TransportOptions:
     connect_timeout_s: float
     op_timeout_s: float
     small_msg_bytes: int
+    fallback_rails: int
     def __init__(self) -> None: ...
 
 class ConnStats:
@@ -34,6 +35,7 @@ class ConnStats:
     rail: int
     state: str
     held: bool
+    fallback: bool
     bytes_sent: int
     bytes_recv: int
     chunks_sent: int

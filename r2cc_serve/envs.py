@@ -58,6 +58,17 @@ _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
 _knob("R2CC_PIPELINE_BYTES", 4 * 1024 * 1024, int,
       "all_reduce slice size: reduction of one slice overlaps the transfer of the next.")
 
+# --- vLLM integration ------------------------------------------------------------
+_knob("R2CC_DISTRIBUTED_BACKEND", "default", str,
+      "Set by `vllm serve --distributed-backend r2cc` (inherited by engine and workers); "
+      "'r2cc' routes tensor-parallel collectives through r2cc.")
+_knob("R2CC_CONFIG", "", str, "YAML file with the rail map (see configs/rails-lab.yaml).")
+_knob("R2CC_RAILS", "", str, "Comma-separated rails of every rank (interface names or IPv4); overrides the YAML.")
+_knob("R2CC_NETNS", "", str,
+      "Namespace holding a rank's rails; {rank} and {node} are filled in (e.g. r2cc-h{rank}).")
+_knob("R2CC_FALLBACK_RAILS", "", str,
+      "Comma-separated fallback rails (e.g. mgmt0) used only when every rail to a peer is down.")
+
 # --- lab ----------------------------------------------------------------------
 _knob("R2CC_LAB_PREFIX", "r2cc", str,
       "Prefix of lab namespaces and interfaces (hosts are <prefix>-h0, <prefix>-h1, ...).")

@@ -176,3 +176,12 @@ def update_additional_config(extra: Callable[[], dict]) -> None:
 
     create_engine_config._r2cc_wrapped = True
     engine_args.create_engine_config = create_engine_config
+
+
+def group_store(prefix: str) -> Any:
+    """A PrefixStore over the store of vLLM's default torch.distributed group (reachable by every
+    rank of the deployment, multi-node included: tcp://master_addr:master_port)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    return dist.PrefixStore(prefix, _get_default_store())

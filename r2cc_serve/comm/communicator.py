@@ -70,18 +70,21 @@ class Communicator:
     rails: this rank's rails, as interface names (``rail0``) or IPv4 addresses.
     netns: network namespace that holds those rails (lab host), or None.
     group: name that keeps several groups on one store apart.
+    fallback_rails: rails that carry data only when every primary rail to a peer is down
+        (e.g. the management network): serving goes on, slower, instead of failing.
     options: overrides of TransportOptions fields (else the R2CC_* knobs).
     """
 
     def __init__(self, rank: int, world_size: int, store, rails: list[str], netns: str | None = None,
-                 group: str = "default", **options):
+                 group: str = "default", fallback_rails: list[str] | None = None, **options):
         if world_size < 1 or not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is outside world size {world_size}")
         if not rails:
             raise UserError("at least one rail is needed (interface names or IPv4 addresses)")
         self.rank, self.world_size, self.group = rank, world_size, group
         self.netns = netns
-        self.rail_ips = resolve_rails(rails, netns)
+        self.num_fallback = len(fallback_rails or [])
+        self.rail_ips = resolve_rails(list(rails) + list(fallback_rails or []), netns)
         self._lock = threading.Lock()
         self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"))
         prefix = f"r2cc/{group}/"
@@ -92,7 +95,7 @@ class Communicator:
         netns_path = f"/var/run/netns/{netns}" if netns else ""
         with translate_errors():
             self._t = _C.Transport(rank, world_size, self.rail_ips, netns_path, secret, group_hash,
-                                   transport_options(**options))
+                                   transport_options(fallback_rails=self.num_fallback, **options))
         ports = self._t.listen_ports()
         store.set(prefix + f"addr/{rank}", json.dumps([[ip, port] for ip, port in zip(self.rail_ips, ports)]))
         addrs = []
@@ -200,7 +203,7 @@ class Communicator:
             out.append({k: getattr(s, k) for k in (
                 "peer", "rail", "state", "held", "bytes_sent", "bytes_recv", "chunks_sent", "chunks_resent",
                 "bytes_resent", "failovers", "reconnects", "inflight_bytes", "bandwidth_Bps", "rtt_s",
-                "last_detect_s", "last_error", "last_error_time")})
+                "last_detect_s", "last_error", "last_error_time", "fallback")})
             out[-1]["address"] = self.rail_ips[s.rail]
         return out
 

@@ -1,0 +1,57 @@
+"""vLLM general plugin: `vllm serve ... --distributed-backend r2cc`.
+
+Loaded by vLLM in the API server, the engine core and every worker. It adds the flag
+(whose value travels to the spawned processes as R2CC_DISTRIBUTED_BACKEND) and, when
+the backend is r2cc, makes the platform build R2CCCommunicator for tensor-parallel
+groups with collectives routed through vLLM's custom ops (safe under torch.compile).
+Without the flag vLLM is untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from r2cc_serve import envs, vllm_compat
+from r2cc_serve.errors import UserError
+
+BACKENDS = ("default", "r2cc")
+COMMUNICATOR = "r2cc_serve.comm.vllm_communicator.R2CCCommunicator"
+
+
+def backend() -> str:
+    return envs.get("R2CC_DISTRIBUTED_BACKEND")
+
+
+class _SelectBackend(argparse.Action):
+    """Records the choice in the environment, which engine and workers inherit."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value == "r2cc":
+            from r2cc_serve.comm.rail_config import load_rail_config
+
+            try:
+                load_rail_config(rank=0)  # a missing rail map fails here, not in a worker
+            except UserError as exc:
+                parser.error(str(exc))
+        os.environ["R2CC_DISTRIBUTED_BACKEND"] = value
+        setattr(namespace, self.dest, value)
+
+
+def _add_flag(parser) -> None:
+    if any("--distributed-backend" in a.option_strings for a in parser._actions):
+        return
+    parser.add_argument(
+        "--distributed-backend", choices=BACKENDS, action=_SelectBackend, default=backend(),
+        help="Tensor-parallel collectives: 'default' (vLLM's own) or 'r2cc' (striped over several NICs, "
+             "lossless failover when one dies). Rails come from R2CC_RAILS/R2CC_NETNS or R2CC_CONFIG (YAML).")
+
+
+def register() -> None:
+    if backend() not in BACKENDS:
+        raise UserError(f"R2CC_DISTRIBUTED_BACKEND={backend()!r}; use one of {', '.join(BACKENDS)}")
+    vllm_compat.check_vllm_version()
+    vllm_compat.add_engine_cli_args(_add_flag)
+    vllm_compat.update_additional_config(
+        lambda: {"r2cc_distributed_backend": "r2cc"} if backend() == "r2cc" else {})
+    vllm_compat.route_platform_communicator(lambda: COMMUNICATOR if backend() == "r2cc" else None)
