@@ -69,6 +69,15 @@ _knob("R2CC_NETNS", "", str,
 _knob("R2CC_FALLBACK_RAILS", "", str,
       "Comma-separated fallback rails (e.g. mgmt0) used only when every rail to a peer is down.")
 
+# --- health and control ----------------------------------------------------------
+_knob("R2CC_CONTROL", True, _bool,
+      "Each communicator runs a control agent (rail state, drain/failover) and writes a status file.")
+_knob("R2CC_STATUS_DIR", "/tmp/r2cc-status", str,
+      "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address).")
+_knob("R2CC_CONTROL_HOST", "", str,
+      "Address the control agent binds to; empty = VLLM_HOST_IP if set, else 127.0.0.1.")
+_knob("R2CC_MONITOR_INTERVAL_MS", 100, int, "How often rail state is sampled for events and the status file.")
+
 # --- lab ----------------------------------------------------------------------
 _knob("R2CC_LAB_PREFIX", "r2cc", str,
       "Prefix of lab namespaces and interfaces (hosts are <prefix>-h0, <prefix>-h1, ...).")

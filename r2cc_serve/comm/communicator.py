@@ -108,6 +108,31 @@ class Communicator:
             addrs.append([(ip, int(port)) for ip, port in entry])
         with translate_errors():
             self._t.connect_all(addrs)
+        self.monitor = self.agent = None
+        if envs.get("R2CC_CONTROL"):
+            self._start_control(node=0)
+
+    def _start_control(self, node: int, global_rank: int | None = None) -> None:
+        """Rail monitor (events, status file) and control agent for this rank."""
+        from r2cc_serve.health.agent import ControlAgent
+        from r2cc_serve.health.monitor import RailMonitor
+
+        self.stop_control()
+        host = envs.get("R2CC_CONTROL_HOST") or os.environ.get("VLLM_HOST_IP") or "127.0.0.1"
+        rank = self.rank if global_rank is None else global_rank
+        self.monitor = RailMonitor(self, self.group, rank, node, envs.get("R2CC_STATUS_DIR") or None,
+                                   envs.get("R2CC_MONITOR_INTERVAL_MS") / 1000.0)
+        self.agent = ControlAgent(self, self.monitor, host).start()
+        self.monitor.extra.update(agent_address=self.agent.address, agent_token=self.agent.token)
+        self.monitor.start()
+
+    def stop_control(self) -> None:
+        if getattr(self, "agent", None):
+            self.agent.stop()
+            self.agent = None
+        if getattr(self, "monitor", None):
+            self.monitor.stop()
+            self.monitor = None
 
     # ---- collectives ------------------------------------------------------------
 
@@ -215,6 +240,7 @@ class Communicator:
         return self._t.error()
 
     def close(self) -> None:
+        self.stop_control()
         t = getattr(self, "_t", None)
         if t is not None:
             t.close()

@@ -1,0 +1,94 @@
+"""Control agent: a tiny HTTP endpoint inside each rank's process.
+
+The admin API (in vLLM's API server or `r2cc admin`) reads rail state from it and
+asks it to drain, undrain, fail over or restore a rail of this rank. Every request
+needs the agent's bearer token, which only reaches trusted readers (the 0600 status
+file on the host, or vLLM's own worker RPC).
+
+    GET  /state                          -> the monitor's snapshot
+    POST /rails/<rail>/<action>          -> action in drain, undrain, failover, restore
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = logging.getLogger("r2cc_serve.health")
+
+ACTIONS = ("drain", "undrain", "failover", "restore")
+_RAIL_ACTION = re.compile(r"^/rails/(\d+)/(%s)$" % "|".join(ACTIONS))
+
+
+class ControlAgent:
+    def __init__(self, comm, monitor, host: str):
+        self.comm, self.monitor = comm, monitor
+        self.token = secrets.token_hex(16)
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep worker logs clean
+                pass
+
+            def _reply(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorized(self) -> bool:
+                got = self.headers.get("Authorization", "")
+                if hmac.compare_digest(got.encode(), f"Bearer {agent.token}".encode()):
+                    return True
+                self._reply(401, {"detail": "missing or wrong bearer token for this r2cc control agent"})
+                return False
+
+            def do_GET(self):
+                if not self._authorized():
+                    return
+                if self.path == "/state":
+                    self._reply(200, agent.state())
+                else:
+                    self._reply(404, {"detail": f"no route {self.path}"})
+
+            def do_POST(self):
+                if not self._authorized():
+                    return
+                m = _RAIL_ACTION.match(self.path)
+                if not m:
+                    self._reply(404, {"detail": f"no route {self.path}"})
+                    return
+                code, body = agent.act(int(m.group(1)), m.group(2))
+                self._reply(code, body)
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"{host}:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="r2cc-agent", daemon=True)
+
+    def start(self) -> "ControlAgent":
+        self._thread.start()
+        return self
+
+    def state(self) -> dict:
+        snap = dict(self.monitor.snapshot())
+        snap.pop("agent_token", None)
+        return snap
+
+    def act(self, rail: int, action: str) -> tuple[int, dict]:
+        if not 0 <= rail < self.comm.num_rails:
+            return 404, {"detail": f"no rail {rail}: this rank has rails 0..{self.comm.num_rails - 1}"}
+        getattr(self.comm, f"{action}_rail")(rail)
+        log.warning("r2cc: operator %s of rail%d on %s rank %d", action, rail, self.monitor.group, self.monitor.rank)
+        return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True}
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,112 @@
+"""Rail health as operators see it: sampled state, transitions as events, a status file.
+
+A `RailMonitor` samples one communicator's per-connection stats, turns state changes
+into events (also logged), summarises health (ok / degraded / down) and keeps
+`<status_dir>/<group>-rank<r>.json` current for tools on the same host.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import threading
+import time
+
+log = logging.getLogger("r2cc_serve.health")
+
+MAX_EVENTS = 256
+
+
+def summarize(rails: list[dict], error: str) -> tuple[str, list[str]]:
+    """(status, reasons): down if the group is aborted, degraded if any rail is not fully usable."""
+    if error:
+        return "down", [error.splitlines()[0]]
+    reasons = []
+    for r in rails:
+        if not r.get("fallback") and r["state"] != "up":
+            reasons.append(f"rail{r['rail']} to rank {r['peer']} is {r['state']}"
+                           + (f" ({r['last_error']})" if r["last_error"] and r["state"] == "down" else ""))
+    primaries_down = {r["peer"] for r in rails if not r.get("fallback")} - {
+        r["peer"] for r in rails if not r.get("fallback") and r["state"] in ("up", "draining", "drained")}
+    for peer in sorted(primaries_down):
+        reasons.append(f"every rail to rank {peer} is down: traffic runs on the fallback rail")
+    return ("degraded" if reasons else "ok"), reasons
+
+
+class RailMonitor:
+    def __init__(self, comm, group: str, rank: int, node: int, status_dir: str | None, interval_s: float,
+                 extra: dict | None = None):
+        self.comm, self.group, self.rank, self.node = comm, group, rank, node
+        self.interval_s = interval_s
+        self.extra = dict(extra or {})  # e.g. the control agent's address and token
+        self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
+        self._last: dict[tuple[int, int], str] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.status_path = None
+        if status_dir:
+            os.makedirs(status_dir, mode=0o700, exist_ok=True)
+            safe = group.replace("/", "_").replace(":", "_")
+            self.status_path = os.path.join(status_dir, f"{safe}-rank{rank}.json")
+        self._snapshot = self._sample()
+        self._thread = threading.Thread(target=self._run, name=f"r2cc-monitor-{group}", daemon=True)
+
+    def start(self) -> "RailMonitor":
+        self._thread.start()
+        return self
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return self._snapshot
+
+    def _sample(self) -> dict:
+        rails = self.comm.rail_stats()
+        error = self.comm.error()
+        now = time.time()
+        for r in rails:
+            key = (r["peer"], r["rail"])
+            prev = self._last.get(key)
+            if prev is not None and prev != r["state"]:
+                ev = {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "peer": r["peer"],
+                      "rail": r["rail"], "address": r["address"], "from": prev, "to": r["state"],
+                      "error": r["last_error"] if r["state"] == "down" else "",
+                      "detect_s": r["last_detect_s"] if r["state"] == "down" else None}
+                self.events.append(ev)
+                log.warning("r2cc: %s rank %d rail%d to rank %d: %s -> %s%s", self.group, self.rank, r["rail"],
+                            r["peer"], prev, r["state"], f" ({ev['error']})" if ev["error"] else "")
+            self._last[key] = r["state"]
+        status, reasons = summarize(rails, error)
+        return {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "status": status,
+                "reasons": reasons, "error": error, "rails": rails, "counters": self.comm.counters(),
+                "events": list(self.events), **self.extra}
+
+    def _write(self, snap: dict) -> None:
+        if not self.status_path:
+            return
+        tmp = self.status_path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the agent token
+        with os.fdopen(fd, "w") as f:
+            json.dump(snap, f)
+        os.replace(tmp, self.status_path)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                snap = self._sample()
+                with self._lock:
+                    self._snapshot = snap
+                self._write(snap)
+            except Exception as exc:  # the monitor must never take the worker down
+                log.debug("r2cc monitor sample failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        if self.status_path:
+            try:
+                os.unlink(self.status_path)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,54 @@
+"""The per-rank control agent and status file, over real HTTP on loopback."""
+
+import json
+import os
+
+from tests.comm import workers
+from tests.comm.harness import run_ranks
+
+
+def agent_roundtrip(rank, world, store, status_dir):
+    import time
+
+    import httpx
+    import torch
+
+    os.environ["R2CC_STATUS_DIR"] = status_dir
+    comm = workers.open_comm(rank, world, store)
+    try:
+        x = workers.make_input(rank, 1 << 18, torch.float32)
+        comm.all_reduce(x.clone())
+        path = os.path.join(status_dir, f"test-rank{rank}.json")
+        deadline = time.time() + 5
+        while not os.path.exists(path) and time.time() < deadline:
+            time.sleep(0.05)
+        status = json.load(open(path))
+        mode = oct(os.stat(path).st_mode & 0o777)
+        url, auth = f"http://{status['agent_address']}", {"Authorization": f"Bearer {status['agent_token']}"}
+        out = {"mode": mode, "status": status["status"],
+               "no_token": httpx.get(url + "/state", timeout=5).status_code,
+               "bad_rail": httpx.post(url + "/rails/9/drain", headers=auth, timeout=5).status_code}
+        if rank == 0:
+            out["drain"] = httpx.post(url + "/rails/1/drain", headers=auth, timeout=5).json()
+            time.sleep(0.3)
+            state = httpx.get(url + "/state", headers=auth, timeout=5).json()
+            out["after_drain"] = state["status"], [r["state"] for r in state["rails"] if r["rail"] == 1]
+            out["events"] = [(e["from"], e["to"]) for e in state["events"]]
+            out["token_leaked"] = "agent_token" in state
+        store.set(f"checked/{rank}", "1")
+        for r in range(world):
+            store.get(f"checked/{r}")
+        return out
+    finally:
+        comm.close()
+
+
+def test_agent_serves_state_and_drains_with_token(tmp_path):
+    res = run_ranks(agent_roundtrip, 2, str(tmp_path), timeout=60)
+    for r in res:
+        assert r["mode"] == "0o600" and r["status"] == "ok", r
+        assert r["no_token"] == 401 and r["bad_rail"] == 404, r
+    r0 = res[0]
+    assert r0["drain"]["done"] and r0["after_drain"] == ("degraded", ["drained"]), r0
+    assert ("up", "drained") in r0["events"] and not r0["token_leaked"], r0
+    assert not list(tmp_path.iterdir())  # status files removed on close
