@@ -2,6 +2,7 @@
 // guarded by Transport::mu_ except the payload bytes themselves.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -34,7 +35,11 @@ struct OutMsg {
   std::vector<uint8_t> acked;
   std::vector<int8_t> on_rail;  // rail currently carrying each chunk, -1 if queued/acked
   size_t nacked = 0;
-  bool done = false;
+  // Set (under the transport lock) when every chunk is acknowledged. Writers read it
+  // without the lock to abandon a duplicate mid-chunk.
+  std::atomic<bool> done{false};
+  // Writers currently reading this buffer; the caller may reuse it only at zero.
+  std::atomic<int> active_writers{0};
   size_t chunk_len(size_t idx) const { return idx + 1 < nchunks ? chunk : len - idx * chunk; }
 };
 

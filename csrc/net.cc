@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -178,6 +179,7 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
       ++idx;
       continue;
     }
+    if (should_stop && should_stop()) return "stopped";
     msghdr msg{};
     msg.msg_iov = &iov[idx];
     msg.msg_iovlen = size_t(2 - idx);
@@ -206,6 +208,20 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
 
 std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop) {
   return writev_full(fd, buf, n, nullptr, 0, poll_ms, should_stop);
+}
+
+int send_space(int fd) {
+  int queued = 0, size = 0;
+  socklen_t len = sizeof(size);
+  if (ioctl(fd, SIOCOUTQ, &queued) != 0 || getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &len) != 0) return 0;
+  return size - queued;
+}
+
+int send_small_nonblocking(int fd, const void* buf, size_t n) {
+  ssize_t w = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (w == ssize_t(n)) return 1;
+  if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+  return -1;
 }
 
 int bytes_readable(int fd) {

@@ -54,6 +54,11 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
 
 // Bytes waiting in the socket's receive queue (0 on error).
 int bytes_readable(int fd);
+// Free space in the socket's send buffer (0 on error).
+int send_space(int fd);
+// Writes a small buffer without blocking. Returns 1 if all of it went out, 0 if none
+// did (buffer full; nothing written), -1 on a socket error or a partial write.
+int send_small_nonblocking(int fd, const void* buf, size_t n);
 
 std::string errno_str(int err);
 

@@ -312,22 +312,15 @@ bool Transport::peer_has_link_locked(const Peer& p) const {
   return false;
 }
 
-void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason) {
-  if (c.epoch.load() != epoch || !is_connected(c.state)) return;
-  // Shut the socket down before re-queueing: after this no byte of a re-queued
-  // chunk can still leave through the dead connection.
-  ::shutdown(c.fd, SHUT_RDWR);
+void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now) {
   Peer& p = *peers_[c.peer];
-  c.state = RailState::kDown;
-  c.epoch++;  // the reader/writer of the old socket stand down
-  const int64_t now = now_ns();
   c.st.failovers++;
   counters_.failovers++;
   c.st.last_error = reason;
   c.st.last_error_time = unix_now();
   c.st.last_detect_s = double(now - c.last_rx_ns.load()) * 1e-9;
-  c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
-  // Re-queue un-acknowledged chunks at the front, in order.
+  // Un-acknowledged chunks go back to the front of the queue, in order, for the
+  // surviving rails; the receiver ignores whichever copy arrives second.
   for (auto it = c.inflight.rbegin(); it != c.inflight.rend(); ++it) {
     auto m = p.out.find(it->first);
     if (m == p.out.end() || m->second->acked[it->second]) continue;
@@ -343,9 +336,35 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& rea
   if (c.busy_since_ns) c.busy_ns += now - c.busy_since_ns;
   c.busy_since_ns = 0;
   c.inflight_bytes = 0;
-  for (auto& a : c.acks_carried) p.acks.push_back(a.second);
+  for (auto& a : c.acks_carried) p.acks.push_back(a.second);  // they may be stuck in its buffers
   c.acks_carried.clear();
-  // Receives this rail was in the middle of: release their claims.
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+void Transport::suspect_conn_locked(Conn& c, const std::string& reason) {
+  if (c.suspect || !is_connected(c.state)) return;
+  c.suspect = true;
+  requeue_inflight_locked(c, reason, now_ns());
+}
+
+void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason) {
+  if (c.epoch.load() != epoch || !is_connected(c.state)) return;
+  // Shut the socket down before re-queueing: after this no byte of a re-queued
+  // chunk can still leave through the dead connection.
+  ::shutdown(c.fd, SHUT_RDWR);
+  Peer& p = *peers_[c.peer];
+  c.state = RailState::kDown;
+  c.epoch++;  // the reader/writer of the old socket stand down
+  const int64_t now = now_ns();
+  c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
+  if (c.suspect) {  // already counted and re-queued when it fell silent
+    c.st.last_error = reason;
+    c.st.last_error_time = unix_now();
+  } else {
+    requeue_inflight_locked(c, reason, now);
+  }
+  c.suspect = false;
   if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
   p.cv.notify_all();
   done_cv_.notify_all();
@@ -417,6 +436,7 @@ std::string Transport::error() const {
 
 void Transport::watchdog_loop() {
   const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
+  const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
   const int64_t peer_silence_ns = int64_t(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)) * 1000000;
   const int64_t grace_ns = int64_t(opt_.all_down_grace_ms) * 1000000;
   while (!stopping_) {
@@ -438,10 +458,33 @@ void Transport::watchdog_loop() {
         const int64_t silent = now - c->last_rx_ns.load();
         // Bytes already queued in the kernel mean the peer is alive and our reader
         // is just slow to run (two cores): not a rail failure.
-        if (silent > (peer_alive ? timeout_ns : peer_silence_ns) && bytes_readable(c->fd) == 0)
-          fail_conn_locked(*c, c->epoch.load(),
-                           "no bytes from rank " + std::to_string(p->rank) + " on rail" + std::to_string(c->rail) +
-                               " for " + std::to_string(silent / 1000000) + " ms (link down or blackholed)");
+        const bool quiet = bytes_readable(c->fd) == 0;
+        auto why = [&] {
+          return "no bytes from rank " + std::to_string(p->rank) + " on rail" + std::to_string(c->rail) + " for " +
+                 std::to_string(silent / 1000000) + " ms (link down or blackholed)";
+        };
+        if (c->suspect && (!quiet || silent < timeout_ns)) {
+          c->suspect = false;  // it speaks again: back in service without a reconnect
+          p->cv.notify_all();
+        } else if (quiet && silent > peer_silence_ns) {
+          fail_conn_locked(*c, c->epoch.load(), why());
+        } else if (quiet && peer_alive && silent > timeout_ns) {
+          // Fast and cheap: move its chunks now, keep the connection until it is
+          // clearly dead (a starved thread on a busy host looks the same for a while).
+          suspect_conn_locked(*c, why());
+        }
+        // Heartbeats come from this one thread for every rail: if this process is
+        // starved of CPU, all its rails fall silent together (which peers treat
+        // leniently) instead of one rail whose writer thread happened to starve.
+        // (Room in the send buffer makes a partial write of the 40 bytes impossible; a
+        // non-empty buffer is normal: delayed TCP acks keep sent bytes there for ~40 ms.)
+        if (is_connected(c->state) && !c->writing && now - c->last_tx_ns >= hb_ns && send_space(c->fd) >= 4096) {
+          FrameHeader hb{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0};
+          const int sent = send_small_nonblocking(c->fd, &hb, sizeof(hb));
+          if (sent == 1) c->last_tx_ns = now;
+          if (sent < 0) fail_conn_locked(*c, c->epoch.load(), "heartbeat to rank " + std::to_string(p->rank) +
+                                                                 " on rail" + std::to_string(c->rail) + " failed");
+        }
         // Bandwidth estimate: acked bytes per busy second over the last ~100 ms.
         int64_t busy = c->busy_ns + (c->busy_since_ns ? now - c->busy_since_ns : 0);
         if (busy - c->bw_ref_busy > 20 * 1000000) {
@@ -500,7 +543,7 @@ void Transport::undrain_rail(int rail) {
   for (auto& p : peers_)
     for (auto& c : p->conns)
       if (c->rail == rail && is_connected(c->state)) {
-        c->state = RailState::kUp;
+        c->state = c->peer_drained ? RailState::kDrained : RailState::kUp;
         c->ctrl.push_back(FrameHeader{kFrameMagic, uint32_t(FrameType::kUndrain), 0, 0, 0, 0, 0});
         p->cv.notify_all();
       }
@@ -540,7 +583,7 @@ std::vector<ConnStats> Transport::stats() const {
     if (p->rank == rank_) continue;
     for (auto& c : p->conns) {
       ConnStats s = c->st;
-      s.state = rail_state_name(c->state);
+      s.state = c->suspect ? "down" : rail_state_name(c->state);
       s.held = rail_held_[c->rail];
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -174,6 +175,11 @@ class Transport {
   size_t window_for_locked(const Conn& c) const;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now);
   bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk);
+  std::string write_chunk(Conn& c, int fd, const FrameHeader& h, const Chunk& chunk,
+                          const std::function<bool()>& stale);
+  void finish_chunk_write_locked(const Chunk& chunk);
+  void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
+  void suspect_conn_locked(Conn& c, const std::string& reason);
 
   int rank_, world_;
   std::vector<std::string> rail_ips_;

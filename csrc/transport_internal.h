@@ -15,7 +15,10 @@ struct Transport::Conn {
   std::map<int, int> fd_users;  // reader/writer threads still using a socket; the last one closes a retired fd
   RailState state = RailState::kConnecting;
   bool peer_drained = false;  // the peer asked us not to put new chunks on this rail
-  std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
+  // Silent while other rails to the peer deliver: its chunks were re-sent elsewhere and it
+  // takes no new ones, but the connection is kept; bytes arriving again clear it, a
+  // longer silence fails it for real.
+  bool suspect = false;  std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
   size_t inflight_bytes = 0;
   std::deque<FrameHeader> ctrl;  // frames only this connection may carry (echo, drain)
   std::string ctrl_abort;        // abort reason to send, if any

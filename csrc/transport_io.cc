@@ -60,6 +60,7 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
 FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now) {
   OutMsg& m = *chunk.msg;
   const size_t len = m.chunk_len(chunk.idx);
+  m.active_writers++;  // released by finish_chunk_write; the caller's buffer is in use until then
   m.on_rail[chunk.idx] = int8_t(c.rail);
   c.inflight.emplace_back(m.seq, chunk.idx);
   if (c.inflight_bytes == 0) c.busy_since_ns = now;
@@ -69,6 +70,21 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
   c.last_tx_ns = now;
   return FrameHeader{kFrameMagic, uint32_t(FrameType::kData), m.seq, uint64_t(chunk.idx) * m.chunk, m.len,
                      uint32_t(len), uint32_t(m.chunk)};
+}
+
+std::string Transport::write_chunk(Conn& c, int fd, const FrameHeader& h, const Chunk& chunk,
+                                   const std::function<bool()>& stale) {
+  // A chunk re-sent elsewhere may be delivered and its message finished while this
+  // (suspect) rail is still writing it: stop reading the caller's buffer then.
+  OutMsg& m = *chunk.msg;
+  auto stop = [&] { return stale() || m.done.load(); };
+  std::string err = writev_full(fd, &h, sizeof(h), m.data + h.offset, h.len, kPollMs, stop);
+  if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
+  return err;
+}
+
+void Transport::finish_chunk_write_locked(const Chunk& chunk) {
+  if (--chunk.msg->active_writers == 0 && chunk.msg->done) done_cv_.notify_all();
 }
 
 bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk) {
@@ -86,9 +102,10 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   use_fd_locked(c, fd);
   lk.unlock();
   auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
-  std::string err = writev_full(fd, &h, sizeof(h), chunk.msg->data + h.offset, h.len, kPollMs, stale);
+  std::string err = write_chunk(c, fd, h, chunk, stale);
   lk.lock();
   c.writing = false;
+  finish_chunk_write_locked(chunk);
   release_fd_locked(c, fd);
   if (!err.empty())
     fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
@@ -140,7 +157,7 @@ void Transport::wait(const Op& op) {
   const int64_t deadline = now_ns() + int64_t(opt_.op_timeout_s * 1e9);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    if ((op.out && op.out->done) || (op.in && op.in->done)) return;
+    if ((op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done)) return;
     if (!error_.empty()) throw AbortedError(error_);
     const int peer = op.out ? op.out->peer : op.in->peer;
     if (peers_[peer]->closed)
@@ -227,15 +244,16 @@ bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
   // Preference: an undrained primary rail; else a drained primary rail (the
   // operator drained them all, traffic must still flow); else a fallback rail.
   const int primaries = num_rails() - opt_.fallback_rails;
-  auto usable = [](const Conn& x) { return x.state == RailState::kUp && !x.peer_drained; };
-  if (!is_connected(c.state)) return false;
+  auto usable = [](const Conn& x) { return x.state == RailState::kUp && !x.peer_drained && !x.suspect; };
+  auto alive = [](const Conn& x) { return is_connected(x.state) && !x.suspect; };
+  if (!alive(c)) return false;
   const bool primary = c.rail < primaries;
   if (primary && usable(c)) return true;
   for (int r = 0; r < primaries; ++r)
     if (usable(*p.conns[r])) return false;
   if (primary) return true;
   for (int r = 0; r < primaries; ++r)
-    if (is_connected(p.conns[r]->state)) return false;
+    if (alive(*p.conns[r])) return false;
   return true;
 }
 
@@ -286,8 +304,6 @@ void Transport::writer_loop(Conn& c) {
           }
         }
       }
-      if (frames.empty() && !chunk.msg && abort_reason.empty() && now - c.last_tx_ns >= hb_ns)
-        frames.push_back(ctrl_frame(FrameType::kHeartbeat, 0, uint64_t(now)));
       if (frames.empty() && !chunk.msg && abort_reason.empty()) {
         p.cv.wait_for(lk, std::chrono::nanoseconds(std::max<int64_t>(hb_ns - (now - c.last_tx_ns), 100000)));
         continue;
@@ -303,10 +319,10 @@ void Transport::writer_loop(Conn& c) {
         FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
         err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale);
       }
-      if (err.empty() && chunk.msg)
-        err = writev_full(fd, &dh, sizeof(dh), chunk.msg->data + dh.offset, dh.len, kPollMs, stale);
+      if (err.empty() && chunk.msg) err = write_chunk(c, fd, dh, chunk, stale);
       lk.lock();
       c.writing = false;
+      if (chunk.msg) finish_chunk_write_locked(chunk);
       if (err.empty() && chunk.msg && c.fail_after_chunks > 0 && --c.fail_after_chunks == 0) {
         c.fail_after_chunks = -1;
         err = "injected failure (test)";
@@ -385,8 +401,15 @@ void Transport::reader_loop(Conn& c) {
         }
         case FrameType::kDrain:
         case FrameType::kUndrain: {
+          // The peer drained (or undrained) its end of this rail: the link is out of
+          // use in both directions, and this side's state says so too.
           std::lock_guard<std::mutex> g(mu_);
           c.peer_drained = FrameType(h.type) == FrameType::kDrain;
+          if (c.peer_drained && c.state == RailState::kUp)
+            c.state = c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
+          else if (!c.peer_drained && !rail_drained_[c.rail] &&
+                   (c.state == RailState::kDraining || c.state == RailState::kDrained))
+            c.state = RailState::kUp;
           p.cv.notify_all();
           break;
         }

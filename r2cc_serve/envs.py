@@ -76,6 +76,11 @@ _knob("R2CC_STATUS_DIR", "/tmp/r2cc-status", str,
       "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address).")
 _knob("R2CC_CONTROL_HOST", "", str,
       "Address the control agent binds to; empty = VLLM_HOST_IP if set, else 127.0.0.1.")
+_knob("R2CC_HOST_LABEL", "", str,
+      "Name of this rank's host in the admin API; default: its rail namespace, else node<N>/rank<R>.")
+_knob("R2CC_ADMIN_TOKEN", "", str, "Bearer token the admin API requires for mutations (drain, failover...).")
+_knob("R2CC_ADMIN_TOKEN_FILE", "", str, "File holding the admin token (used when R2CC_ADMIN_TOKEN is empty).")
+_knob("R2CC_ADMIN_REFRESH_MS", 200, int, "How often the admin API refreshes its view of every rank's rails.")
 _knob("R2CC_MONITOR_INTERVAL_MS", 100, int, "How often rail state is sampled for events and the status file.")
 
 # --- lab ----------------------------------------------------------------------

@@ -185,3 +185,15 @@ def group_store(prefix: str) -> Any:
     from torch.distributed.distributed_c10d import _get_default_store
 
     return dist.PrefixStore(prefix, _get_default_store())
+
+
+def add_worker_method(name: str, fn: Callable) -> None:
+    """Give every vLLM worker a method `name` reachable by engine_client.collective_rpc(name).
+
+    The multiproc executor looks the name up on WorkerWrapperBase (which forwards unknown
+    attributes to the worker), so adding it there covers every worker type.
+    """
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+
+    if not hasattr(WorkerWrapperBase, name):
+        setattr(WorkerWrapperBase, name, fn)

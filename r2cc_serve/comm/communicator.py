@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +58,26 @@ def transport_options(**overrides) -> "_C.TransportOptions":
     return opt
 
 
+class DurationHistogram:
+    """Counts of collective durations per upper bound (seconds); cheap enough for the hot path."""
+
+    BOUNDS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+    def __init__(self):
+        self.counts = [0] * (len(self.BOUNDS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        i = 0
+        while i < len(self.BOUNDS) and seconds > self.BOUNDS[i]:
+            i += 1
+        self.counts[i] += 1
+        self.total += seconds
+
+    def snapshot(self) -> dict:
+        return {"bounds": list(self.BOUNDS), "counts": list(self.counts), "sum": self.total}
+
+
 @dataclass
 class _Plan:
     slice_bytes: int
@@ -84,8 +105,10 @@ class Communicator:
         self.rank, self.world_size, self.group = rank, world_size, group
         self.netns = netns
         self.num_fallback = len(fallback_rails or [])
-        self.rail_ips = resolve_rails(list(rails) + list(fallback_rails or []), netns)
+        self.rail_names = list(rails) + list(fallback_rails or [])
+        self.rail_ips = resolve_rails(self.rail_names, netns)
         self._lock = threading.Lock()
+        self._durations = DurationHistogram()
         self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"))
         prefix = f"r2cc/{group}/"
         if rank == 0:
@@ -112,7 +135,7 @@ class Communicator:
         if envs.get("R2CC_CONTROL"):
             self._start_control(node=0)
 
-    def _start_control(self, node: int, global_rank: int | None = None) -> None:
+    def _start_control(self, node: int, global_rank: int | None = None, default_host: str | None = None) -> None:
         """Rail monitor (events, status file) and control agent for this rank."""
         from r2cc_serve.health.agent import ControlAgent
         from r2cc_serve.health.monitor import RailMonitor
@@ -120,8 +143,9 @@ class Communicator:
         self.stop_control()
         host = envs.get("R2CC_CONTROL_HOST") or os.environ.get("VLLM_HOST_IP") or "127.0.0.1"
         rank = self.rank if global_rank is None else global_rank
+        label = envs.get("R2CC_HOST_LABEL") or self.netns or default_host or f"rank{rank}"
         self.monitor = RailMonitor(self, self.group, rank, node, envs.get("R2CC_STATUS_DIR") or None,
-                                   envs.get("R2CC_MONITOR_INTERVAL_MS") / 1000.0)
+                                   envs.get("R2CC_MONITOR_INTERVAL_MS") / 1000.0, host=label)
         self.agent = ControlAgent(self, self.monitor, host).start()
         self.monitor.extra.update(agent_address=self.agent.address, agent_token=self.agent.token)
         self.monitor.start()
@@ -230,6 +254,7 @@ class Communicator:
                 "bytes_resent", "failovers", "reconnects", "inflight_bytes", "bandwidth_Bps", "rtt_s",
                 "last_detect_s", "last_error", "last_error_time", "fallback")})
             out[-1]["address"] = self.rail_ips[s.rail]
+            out[-1]["interface"] = self.rail_names[s.rail]
         return out
 
     def counters(self) -> dict:
@@ -255,7 +280,13 @@ class Communicator:
 
     def _run(self, name: str, *args) -> None:
         with self._lock, translate_errors():
+            start = time.perf_counter()
             getattr(self._t, name)(*args)
+            self._durations.observe(time.perf_counter() - start)
+
+    def duration_histogram(self) -> dict:
+        """Cumulative histogram of collective durations (seconds), Prometheus-style buckets."""
+        return self._durations.snapshot()
 
     def _check_rank(self, r: int) -> int:
         if not 0 <= r < self.world_size:

@@ -42,7 +42,7 @@ class R2CCCommunicator(_Base):
                                  group=unique_name, fallback_rails=rails.fallback_rails)
         self.node = node
         if self.comm.agent is not None:  # the status file and events name the global rank and node
-            self.comm._start_control(node=node, global_rank=self.global_rank)
+            self.comm._start_control(node=node, global_rank=self.global_rank, default_host=f"node{node}")
         registry.register(unique_name, self.global_rank, node, self.comm)
         log.warning("r2cc: group %s rank %d/%d (global %d, node %d) up on rails %s%s%s", unique_name,
                     self.rank_in_group, self.world_size, self.global_rank, node, self.comm.rail_ips,

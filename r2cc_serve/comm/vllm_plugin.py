@@ -35,7 +35,21 @@ class _SelectBackend(argparse.Action):
             except UserError as exc:
                 parser.error(str(exc))
         os.environ["R2CC_DISTRIBUTED_BACKEND"] = value
+        if value == "r2cc":
+            _enable_admin_endpoint()
         setattr(namespace, self.dest, value)
+
+
+def _enable_admin_endpoint() -> None:
+    """vLLM loads endpoint plugins only when VLLM_PLUGINS names them, and that list then
+    also filters general plugins: name every general plugin too, so nothing else changes."""
+    from importlib.metadata import entry_points
+
+    current = os.environ.get("VLLM_PLUGINS")
+    names = [n for n in (current.split(",") if current is not None else
+                         [e.name for e in entry_points(group=vllm_compat.GENERAL_PLUGINS_GROUP)]) if n]
+    if "r2cc_admin" not in names:
+        os.environ["VLLM_PLUGINS"] = ",".join(names + ["r2cc_admin"])
 
 
 def _add_flag(parser) -> None:
@@ -55,3 +69,6 @@ def register() -> None:
     vllm_compat.update_additional_config(
         lambda: {"r2cc_distributed_backend": "r2cc"} if backend() == "r2cc" else {})
     vllm_compat.route_platform_communicator(lambda: COMMUNICATOR if backend() == "r2cc" else None)
+    from r2cc_serve.admin.vllm_endpoint import worker_agents
+
+    vllm_compat.add_worker_method("r2cc_agents", worker_agents)

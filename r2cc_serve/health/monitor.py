@@ -37,8 +37,8 @@ def summarize(rails: list[dict], error: str) -> tuple[str, list[str]]:
 
 class RailMonitor:
     def __init__(self, comm, group: str, rank: int, node: int, status_dir: str | None, interval_s: float,
-                 extra: dict | None = None):
-        self.comm, self.group, self.rank, self.node = comm, group, rank, node
+                 host: str, extra: dict | None = None):
+        self.comm, self.group, self.rank, self.node, self.host = comm, group, rank, node, host
         self.interval_s = interval_s
         self.extra = dict(extra or {})  # e.g. the control agent's address and token
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
@@ -69,7 +69,8 @@ class RailMonitor:
             key = (r["peer"], r["rail"])
             prev = self._last.get(key)
             if prev is not None and prev != r["state"]:
-                ev = {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "peer": r["peer"],
+                ev = {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "host": self.host,
+                      "peer": r["peer"],
                       "rail": r["rail"], "address": r["address"], "from": prev, "to": r["state"],
                       "error": r["last_error"] if r["state"] == "down" else "",
                       "detect_s": r["last_detect_s"] if r["state"] == "down" else None}
@@ -78,7 +79,8 @@ class RailMonitor:
                             r["peer"], prev, r["state"], f" ({ev['error']})" if ev["error"] else "")
             self._last[key] = r["state"]
         status, reasons = summarize(rails, error)
-        return {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "status": status,
+        return {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "host": self.host,
+                "status": status, "durations": self.comm.duration_histogram(),
                 "reasons": reasons, "error": error, "rails": rails, "counters": self.comm.counters(),
                 "events": list(self.events), **self.extra}
 

@@ -1,0 +1,108 @@
+"""The admin REST API: one router, served standalone (`r2cc admin`) or inside vLLM.
+
+    create_app()                 full app and OpenAPI schema, no group attached
+    create_app(source=...)       attached to a group's control agents
+    build_router(state)          the same routes for vLLM's endpoint plugin
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, FastAPI, Path, Query
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from r2cc_serve import __version__, envs
+from r2cc_serve.admin.auth import configured_token, token_checker
+from r2cc_serve.admin.models import ActionResult, ErrorBody, EventList, Health, Rail, RailList
+from r2cc_serve.admin.sources import StaticSource
+from r2cc_serve.admin.view import ActionError, GroupView
+
+PREFIX = "/r2cc/v1"
+_ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
+           409: {"model": ErrorBody}, 502: {"model": ErrorBody}}
+
+
+class AdminState:
+    """What the routes need; the vLLM plugin fills `view` in once the engine is up."""
+
+    def __init__(self, source=None, token: str | None = None):
+        self.view = GroupView(source or StaticSource([]), envs.get("R2CC_ADMIN_REFRESH_MS") / 1000.0)
+        self.token = token
+
+    async def ready_view(self) -> GroupView:
+        await self.view.ensure_running()
+        return self.view
+
+
+def _error(exc: ActionError) -> JSONResponse:
+    return JSONResponse(status_code=exc.status, content={"detail": exc.detail})
+
+
+def build_router(state: AdminState) -> APIRouter:
+    router = APIRouter(prefix=PREFIX, tags=["r2cc"])
+    mutating = [Depends(token_checker(state.token))]
+    HostParam = Path(description="host name as shown by GET /rails (e.g. r2cc-h0)", max_length=200)
+    RailParam = Path(ge=0, le=4096, description="rail index on that host")
+    ForceParam = Query(False, description="allow draining or failing the last healthy rail of a host")
+
+    @router.get("/rails", response_model=RailList, summary="Every host's rails")
+    async def list_rails():
+        view = await state.ready_view()
+        return {"rails": view.rails(), "updated": view.updated}
+
+    @router.get("/rails/{host}/{rail}", response_model=Rail, responses=_ERRORS, summary="One rail")
+    async def get_rail(host: str = HostParam, rail: int = RailParam):
+        view = await state.ready_view()
+        try:
+            return view.rail(host, rail)
+        except ActionError as exc:
+            return _error(exc)
+
+    def action_route(action: str, doc: str):
+        @router.post(f"/rails/{{host}}/{{rail}}/{action}", response_model=ActionResult, responses=_ERRORS,
+                     dependencies=mutating, summary=doc, name=f"rail_{action}")
+        async def act(host: str = HostParam, rail: int = RailParam, force: bool = ForceParam):
+            view = await state.ready_view()
+            try:
+                return await view.act(host, rail, action, force=force)
+            except ActionError as exc:
+                return _error(exc)
+
+    action_route("drain", "Drain: no new chunks on this rail, in-flight ones finish, then 'drained'")
+    action_route("undrain", "Undrain: the rail takes new chunks again")
+    action_route("failover", "Fail over now: in-flight chunks re-sent on other rails; kept out until restore")
+    action_route("restore", "End a failover: the rail is probed and re-admitted")
+
+    @router.get("/health", response_model=Health, responses={503: {"model": Health}}, summary="Group health")
+    async def health():
+        view = await state.ready_view()
+        body = view.health()
+        return JSONResponse(status_code=503 if body["status"] == "down" else 200, content=body)
+
+    @router.get("/events", response_model=EventList, summary="Recent rail events, oldest first")
+    async def events(limit: int = Query(100, ge=1, le=1000)):
+        view = await state.ready_view()
+        return {"events": view.events(limit)}
+
+    return router
+
+
+def create_app(source=None, token: str | None = None) -> FastAPI:
+    """The standalone admin app (its own /metrics). With no source it has no group attached."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    from r2cc_serve.admin.metrics import R2CCCollector
+
+    state = AdminState(source, token if token is not None else configured_token())
+    app = FastAPI(title="r2cc admin API", version=__version__,
+                  description="Rail health, drain and failover for an r2cc group; Prometheus metrics at /metrics.")
+    app.include_router(build_router(state))
+    registry = CollectorRegistry()
+    registry.register(R2CCCollector(state.view))
+    app.state.r2cc = state
+
+    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (r2cc_*)")
+    async def metrics():
+        await state.ready_view()
+        return PlainTextResponse(generate_latest(registry).decode(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

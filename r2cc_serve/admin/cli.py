@@ -1,0 +1,90 @@
+"""`r2cc admin` (standalone admin API) and `r2cc rails` (its view as a terminal table)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from r2cc_serve import envs
+from r2cc_serve.errors import UserError
+
+DEFAULT_PORT = 8470
+
+
+def _serve(args) -> int:
+    import uvicorn
+
+    from r2cc_serve.admin.app import create_app
+    from r2cc_serve.admin.auth import configured_token
+    from r2cc_serve.admin.sources import StatusDirSource
+
+    status_dir = args.status_dir or envs.get("R2CC_STATUS_DIR")
+    if not os.path.isdir(status_dir):
+        raise UserError(f"status directory {status_dir} does not exist: start an r2cc group on this host first, "
+                        "or pass --status-dir (R2CC_STATUS_DIR of that group)")
+    token = configured_token()
+    if token is None:
+        print("r2cc admin: no R2CC_ADMIN_TOKEN set: reads work, drain/failover answer 403", flush=True)
+    app = create_app(StatusDirSource(status_dir), token)
+    print(f"r2cc admin: http://{args.host}:{args.port}/r2cc/v1/rails (agents from {status_dir})", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_table(rails: list[dict]) -> str:
+    head = ("HOST", "RAIL", "IFACE", "STATE", "ADDRESS", "BW", "RTT", "SENT", "RECV", "RESENT", "FAILOVERS",
+            "LAST ERROR")
+    rows = [head]
+    for r in rails:
+        rows.append((r["host"], str(r["rail"]), r["interface"] + (" (fallback)" if r["fallback"] else ""),
+                     r["state"], r["address"], _fmt_bytes(r["bandwidth_Bps"]) + "/s", f"{r['rtt_s'] * 1e3:.2f}ms",
+                     _fmt_bytes(r["bytes_sent"]), _fmt_bytes(r["bytes_received"]), str(r["chunks_resent"]),
+                     str(r["failovers"]), (r["last_error"] or "-")[:60]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _rails(args) -> int:
+    import httpx
+
+    url = args.url.rstrip("/") + "/r2cc/v1"
+    try:
+        while True:
+            rails = httpx.get(url + "/rails", timeout=5).json()["rails"]
+            health = httpx.get(url + "/health", timeout=5).json()
+            if args.json:
+                print(json.dumps({"rails": rails, "health": health}, indent=2))
+            else:
+                if args.watch:
+                    print("\x1b[2J\x1b[H", end="")
+                print(render_table(rails))
+                print(f"\nhealth: {health['status']}" + "".join(f"\n  - {r}" for r in health["reasons"]))
+            if not args.watch:
+                return 0 if health["status"] != "down" else 1
+            time.sleep(args.watch)
+    except httpx.HTTPError as exc:
+        raise UserError(f"cannot reach the admin API at {args.url} ({type(exc).__name__}); is `r2cc admin` or "
+                        "vLLM with --distributed-backend r2cc running there?") from None
+
+
+def register(sub) -> None:
+    p = sub.add_parser("admin", help="serve the admin REST API for the r2cc groups on this host")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--status-dir", help="R2CC_STATUS_DIR of the group (default: this process's)")
+    p.set_defaults(func=_serve)
+    p = sub.add_parser("rails", help="show every rail of every host (a client of the admin API)")
+    p.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
+                   help="admin API base URL (vLLM: its own server, e.g. http://127.0.0.1:8000)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    p.set_defaults(func=_rails)

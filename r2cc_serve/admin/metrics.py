@@ -1,0 +1,68 @@
+"""Every r2cc Prometheus metric, in one place.
+
+Built on scrape from the admin view (which polls every rank's agent), so worker
+metrics reach the API server's /metrics on every node without a multiprocess dir.
+Names: r2cc_ prefix, base units, _total on counters, labels host and rail only.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from r2cc_serve.admin.view import STATE_ORDER
+
+
+class R2CCCollector:
+    def __init__(self, view):
+        self.view = view
+
+    def describe(self):
+        return []  # collected on demand; nothing to pre-register
+
+    def collect(self):
+        labels = ["host", "rail"]
+        up = GaugeMetricFamily("r2cc_rail_up", "1 if the rail carries traffic (up or degraded)", labels=labels)
+        state = GaugeMetricFamily("r2cc_rail_state", "1 for the rail's current state", labels=labels + ["state"])
+        bw = GaugeMetricFamily("r2cc_rail_bandwidth_bytes_per_second", "measured rail goodput while busy",
+                               labels=labels)
+        rtt = GaugeMetricFamily("r2cc_rail_rtt_seconds", "heartbeat round-trip time", labels=labels)
+        sent = CounterMetricFamily("r2cc_rail_sent_bytes", "payload bytes sent on the rail", labels=labels)
+        recv = CounterMetricFamily("r2cc_rail_received_bytes", "payload bytes received on the rail", labels=labels)
+        resent = CounterMetricFamily("r2cc_rail_resent_chunks", "chunks re-sent on other rails after a failure",
+                                     labels=labels)
+        fails = CounterMetricFamily("r2cc_rail_failovers", "times the rail was declared failed", labels=labels)
+        detect = GaugeMetricFamily("r2cc_rail_detection_seconds", "silence before the rail's last failure was "
+                                   "declared (detection latency)", labels=labels)
+        for r in self.view.rails():
+            lv = [r["host"], str(r["rail"])]
+            up.add_metric(lv, 1.0 if r["state"] in ("up", "degraded") else 0.0)
+            for s in STATE_ORDER:
+                state.add_metric(lv + [s], 1.0 if r["state"] == s else 0.0)
+            bw.add_metric(lv, r["bandwidth_Bps"])
+            rtt.add_metric(lv, r["rtt_s"])
+            sent.add_metric(lv, r["bytes_sent"])
+            recv.add_metric(lv, r["bytes_received"])
+            resent.add_metric(lv, r["chunks_resent"])
+            fails.add_metric(lv, r["failovers"])
+            detect.add_metric(lv, r["detection_s"])
+        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect)
+        yield self._durations()
+        health = GaugeMetricFamily("r2cc_health_status", "1 for the group's current health", labels=["status"])
+        current = self.view.health()["status"]
+        for s in ("ok", "degraded", "down"):
+            health.add_metric([s], 1.0 if s == current else 0.0)
+        yield health
+
+    def _durations(self):
+        h = HistogramMetricFamily("r2cc_collective_duration_seconds", "time of one collective call", labels=["host"])
+        for st in self.view.states.values():
+            d = st.get("durations")
+            if not d:
+                continue
+            cumulative, buckets = 0, []
+            for bound, count in zip(d["bounds"], d["counts"]):
+                cumulative += count
+                buckets.append((repr(bound), cumulative))
+            buckets.append(("+Inf", cumulative + d["counts"][-1]))
+            h.add_metric([f"{st['host']}/rank{st['rank']}"], buckets, d["sum"])
+        return h

@@ -1,0 +1,85 @@
+"""Response models of the admin API (they make the OpenAPI schema complete)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+
+RailState = Literal["up", "degraded", "draining", "drained", "down", "recovering", "connecting"]
+
+
+class Connection(BaseModel):
+    peer: int = Field(description="peer rank")
+    peer_host: str
+    state: RailState
+    bytes_sent: int
+    bytes_recv: int
+    chunks_resent: int
+    failovers: int
+    last_error: str
+
+
+class Rail(BaseModel):
+    host: str
+    rail: int
+    interface: str
+    address: str
+    fallback: bool = Field(description="a fallback rail carries data only when every primary rail is down")
+    state: RailState
+    peers: list[str]
+    bandwidth_Bps: float = Field(description="measured goodput while busy, bytes per second")
+    rtt_s: float
+    bytes_sent: int
+    bytes_received: int
+    chunks_resent: int
+    bytes_resent: int
+    failovers: int
+    detection_s: float = Field(description="silence before the last failure was declared")
+    last_error: Optional[str]
+    last_error_time: Optional[float] = Field(description="unix seconds")
+    connections: list[Connection]
+
+
+class RailList(BaseModel):
+    rails: list[Rail]
+    updated: float
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded", "down"]
+    reasons: list[str]
+    updated: float
+
+
+class Event(BaseModel):
+    time: float
+    group: str
+    rank: int
+    node: int
+    host: str
+    peer: int
+    rail: int
+    address: str
+    to: str
+    error: str
+    detect_s: Optional[float]
+    from_: str = Field(alias="from")
+
+    model_config = {"populate_by_name": True}
+
+
+class EventList(BaseModel):
+    events: list[Event]
+
+
+class ActionResult(BaseModel):
+    host: str
+    rail: int
+    action: Literal["drain", "undrain", "failover", "restore"]
+    ranks: list[int]
+    state: RailState
+
+
+class ErrorBody(BaseModel):
+    detail: str

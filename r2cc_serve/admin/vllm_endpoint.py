@@ -1,0 +1,50 @@
+"""vLLM endpoint plugin: the admin API and r2cc metrics inside vLLM's own API server.
+
+Enabled by the r2cc general plugin when `--distributed-backend r2cc` is given (it adds
+`r2cc_admin` to VLLM_PLUGINS). Rank agents are found through vLLM's worker RPC, so
+every worker on every node is reached; their rail metrics are added to vLLM's /metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from r2cc_serve import vllm_compat
+from r2cc_serve.admin.app import AdminState, build_router
+from r2cc_serve.admin.auth import configured_token
+from r2cc_serve.admin.sources import VllmSource
+
+log = logging.getLogger("r2cc_serve.admin")
+
+
+def worker_agents(worker) -> list[dict]:
+    """Runs in a worker (collective_rpc): this process's r2cc control agents."""
+    from r2cc_serve.comm import registry
+
+    out = []
+    for e in registry.entries():
+        agent = getattr(e.comm, "agent", None)
+        if agent is not None:
+            out.append({"address": agent.address, "token": agent.token, "group": e.group, "rank": e.global_rank})
+    return out
+
+
+class R2CCAdminEndpoint:
+    name = "r2cc_admin"
+    required_tasks = None
+
+    def __init__(self):
+        self.state = AdminState(token=configured_token())
+
+    def attach_router(self, app) -> None:
+        app.include_router(build_router(self.state))
+
+    async def init_state(self, engine_client, state, args) -> None:
+        if engine_client is None:
+            return
+        from r2cc_serve.admin.metrics import R2CCCollector
+
+        self.state.view.source = VllmSource(engine_client)
+        vllm_compat.prometheus_registry().register(R2CCCollector(self.state.view))
+        if self.state.token is None:
+            log.warning("r2cc admin: no R2CC_ADMIN_TOKEN set: /r2cc/v1 reads work, drain/failover answer 403")

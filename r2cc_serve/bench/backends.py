@@ -1,0 +1,200 @@
+"""The three backends a worker can drive, behind one small interface.
+
+    b = make_backend("gloo", rank, world, store, rails, timeout_s)
+    runner = b.runner("all_reduce", inp)   # buffers allocated once, outside any timing
+    runner.reset(); b.barrier(); out = runner.run()
+
+All ops are in place on a work buffer (or into a preallocated output), so no backend pays for
+page faults on a fresh output inside the timed region. Imports are lazy: an MPI worker must
+not need r2cc's C++ core, and an r2cc worker must not load libmpi.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Callable
+
+import torch
+
+from r2cc_serve.bench.data import ROOT
+
+
+class Runner:
+    """One op bound to its buffers. reset() restores the input (untimed); run() does the op."""
+
+    def __init__(self, reset: Callable[[], None], run: Callable[[], torch.Tensor]):
+        self.reset, self.run = reset, run
+
+
+def _inplace(inp: torch.Tensor, op_fn: Callable[[torch.Tensor], object]) -> Runner:
+    work = inp.clone()
+
+    def run() -> torch.Tensor:
+        op_fn(work)
+        return work
+    return Runner(lambda: work.copy_(inp), run)
+
+
+def _outplace(out: torch.Tensor, op_fn: Callable[[], object]) -> Runner:
+    def run() -> torch.Tensor:
+        result = op_fn()
+        return out if result is None else result
+    return Runner(lambda: None, run)
+
+
+class R2ccBackend:
+    name = "r2cc"
+
+    def __init__(self, rank, world, store, rails, timeout_s, group="bench"):
+        from r2cc_serve import Communicator
+        self.world = world
+        self.comm = Communicator(rank, world, store, rails=rails, netns=None, group=group,
+                                 op_timeout_s=float(timeout_s))
+        self._one = torch.zeros(1)
+
+    def barrier(self) -> None:
+        self.comm.all_reduce(self._one)
+
+    def runner(self, op: str, inp: torch.Tensor) -> Runner:
+        c = self.comm
+        if op == "all_reduce":
+            return _inplace(inp, c.all_reduce)
+        if op == "broadcast":
+            return _inplace(inp, lambda w: c.broadcast(w, ROOT))
+        if op == "all_gather":
+            out = torch.empty(inp.numel() * self.world)
+            return _outplace(out, lambda: c.all_gather(inp, out=out.view(self.world, -1)))
+        if op == "reduce_scatter":
+            return _outplace(None, lambda: c.reduce_scatter(inp))
+        raise ValueError(op)
+
+    def resent_bytes(self) -> int:
+        return int(self.comm.counters()["bytes_resent"])
+
+    def failovers(self) -> int:
+        return int(self.comm.counters()["failovers"])
+
+    def rail_errors(self) -> list[str]:
+        return sorted({f"rail{s['rail']}: {s['last_error']} (detected after {s['last_detect_s'] * 1e3:.0f} ms)"
+                       for s in self.comm.rail_stats() if s["last_error"]})
+
+    def rails_up(self) -> bool:
+        return all(s["state"] == "up" for s in self.comm.rail_stats())
+
+    def detection(self, rail: int) -> dict:
+        """How the failure of `rail` was seen: slowest detection over peers, and the first error."""
+        conns = [s for s in self.comm.rail_stats() if s["rail"] == rail]
+        return {"detect_s": max((s["last_detect_s"] for s in conns), default=None),
+                "rail_error": next((s["last_error"] for s in conns if s["last_error"]), None),
+                "failovers": sum(s["failovers"] for s in conns),
+                "states": [s["state"] for s in conns]}
+
+    def close(self) -> None:
+        self.comm.close()
+
+
+class GlooBackend:
+    """torch.distributed gloo; GLOO_SOCKET_IFNAME (set by the parent) lists the rails."""
+    name = "gloo"
+
+    def __init__(self, rank, world, store, rails, timeout_s):
+        import torch.distributed as dist
+        self.dist, self.world = dist, world
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def runner(self, op: str, inp: torch.Tensor) -> Runner:
+        d = self.dist
+        if op == "all_reduce":
+            return _inplace(inp, d.all_reduce)
+        if op == "broadcast":
+            return _inplace(inp, lambda w: d.broadcast(w, ROOT))
+        if op == "all_gather":
+            out = torch.empty(inp.numel() * self.world)
+            return _outplace(out, lambda: d.all_gather_into_tensor(out, inp))
+        if op == "reduce_scatter":
+            out = torch.empty(inp.numel() // self.world)
+            return _outplace(out, lambda: d.reduce_scatter_tensor(out, inp))
+        raise ValueError(op)
+
+    def resent_bytes(self) -> int:
+        return 0
+
+    def failovers(self) -> int:
+        return 0
+
+    def rail_errors(self) -> list[str]:
+        return []
+
+    def rails_up(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass  # destroy_process_group can block on a broken group; the process exits instead
+
+
+class MpiBackend:
+    """Open MPI through mpi4py on numpy views of the torch buffers (no copies)."""
+    name = "mpi"
+
+    def __init__(self, rank, world, store, rails, timeout_s):
+        from mpi4py import MPI
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)  # an error raises instead of aborting the job
+        if (self.comm.Get_rank(), self.comm.Get_size()) != (rank, world):
+            raise RuntimeError(f"mpirun gave rank {self.comm.Get_rank()}/{self.comm.Get_size()}, "
+                               f"expected {rank}/{world}")
+        self.world = world
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def runner(self, op: str, inp: torch.Tensor) -> Runner:
+        c, MPI = self.comm, self.MPI
+        src = inp.numpy()
+        if op == "all_reduce":
+            return _inplace(inp, lambda w: c.Allreduce(MPI.IN_PLACE, w.numpy(), op=MPI.SUM))
+        if op == "broadcast":
+            return _inplace(inp, lambda w: c.Bcast(w.numpy(), root=ROOT))
+        if op == "all_gather":
+            out = torch.empty(inp.numel() * self.world)
+            return _outplace(out, lambda: c.Allgather(src, out.numpy()))
+        if op == "reduce_scatter":
+            out = torch.empty(inp.numel() // self.world)
+            return _outplace(out, lambda: c.Reduce_scatter_block(src, out.numpy(), op=MPI.SUM))
+        raise ValueError(op)
+
+    def resent_bytes(self) -> int:
+        return 0
+
+    def failovers(self) -> int:
+        return 0
+
+    def rail_errors(self) -> list[str]:
+        return []
+
+    def rails_up(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def make_backend(name: str, rank: int, world: int, store, rails: list[str], timeout_s: float, **kw):
+    cls = {"r2cc": R2ccBackend, "gloo": GlooBackend, "mpi": MpiBackend}[name]
+    return cls(rank, world, store, rails, timeout_s, **kw)
+
+
+def rail_tx_bytes(rails: list[str]) -> list[int]:
+    """Bytes sent so far on each rail of this namespace (kernel counters, any backend)."""
+    out = []
+    for r in rails:
+        try:
+            with open(f"/sys/class/net/{r}/statistics/tx_bytes") as f:
+                out.append(int(f.read()))
+        except OSError:
+            out.append(0)
+    return out

@@ -1,0 +1,178 @@
+"""Turning per-rank worker results into the bench report: medians, busbw, ratios, the table.
+
+One iteration's time is the slowest rank's (every iteration starts after a barrier), as a
+collective is only done when its last rank is. Quote p50 and ratios: the box is noisy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from r2cc_serve.bench.spec import format_size
+
+
+def busbw_factor(op: str, world: int) -> float:
+    """nccl-tests bus bandwidth factor: algbw * factor is comparable across world sizes."""
+    if op == "all_reduce":
+        return 2 * (world - 1) / world
+    if op in ("all_gather", "reduce_scatter"):
+        return (world - 1) / world
+    return 1.0
+
+
+def _first_error(entries: list[dict | None]) -> str | None:
+    for e in entries:
+        if e is None:
+            return "rank produced no result (killed or crashed)"
+        if e.get("error"):
+            return e["error"]
+    return None
+
+
+def summarize_measure(backend: str, op: str, world: int, size: int, entries: list[dict | None]) -> dict:
+    """One results row from every rank's entry for one (size, group)."""
+    row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "busbw_GBps": None,
+           "correct": False, "bit_exact": False, "error": _first_error(entries)}
+    if row["error"] is not None:
+        row["errors_by_rank"] = [None if e is None else e.get("error") for e in entries]
+        return row
+    per_iter = np.max(np.array([e["times"] for e in entries]), axis=0)
+    p50, p90 = float(np.percentile(per_iter, 50)), float(np.percentile(per_iter, 90))
+    exact = all(e["bit_exact"] for e in entries)
+    # r2cc promises the canonical rank-order sum bit for bit; the others get a float tolerance.
+    correct = exact if backend == "r2cc" else all(e["close"] for e in entries)
+    tx = np.sum(np.array([e["rail_tx_bytes"] for e in entries]), axis=0)
+    row.update(p50_s=p50, p90_s=p90, busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
+               correct=bool(correct), bit_exact=bool(exact), max_err=max(e["max_err"] for e in entries),
+               rail_tx_share=[round(float(x) / max(1.0, float(tx.sum())), 3) for x in tx],
+               resent_bytes=int(sum(e.get("resent_bytes", 0) for e in entries)),
+               failovers=int(sum(e.get("failovers", 0) for e in entries)),
+               rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
+    return row
+
+
+def summarize_fault(backend: str, spec_text: str, size: int, entries: list[dict | None],
+                    injected: dict | None, baseline_s: float | None, baseline_kind: str) -> dict:
+    done = [e for e in entries if e is not None]
+    completed = len(done) == len(entries) and all(e.get("completed") for e in done)
+    fault_s = max(e["elapsed_s"] for e in done) if completed else None
+    errors = [e.get("error") for e in done if e.get("error")]
+    if len(done) < len(entries):
+        errors.append("rank produced no result (killed: no progress before the bench timeout)")
+    ends = [e.get("end") for e in done]
+    inj = (injected or {}).get("injected_at")
+    # The fault hit the op unless every rank had finished before it was surely in place.
+    hit = inj is not None and (len(done) < len(entries) or None in ends or inj < max(ends))
+    row = {"backend": backend, "spec": spec_text, "bytes": size, "completed": completed,
+           "bit_exact": all(e.get("bit_exact") for e in done) if completed else None,
+           "correct": all(e.get("correct") for e in done) if completed else None,
+           "fault_s": fault_s, "baseline_s": baseline_s, "baseline": baseline_kind,
+           "extra_s": fault_s - baseline_s if completed and baseline_s is not None else None,
+           "resent_bytes": int(sum(e.get("resent_bytes") or 0 for e in done)),
+           # False: the op ended before the fault landed (too small to be hit at that point).
+           "hit": bool(hit),
+           "fault_at_s": (inj - injected["go"]) if inj is not None else None,
+           "fault_call_s": (inj - injected["call_start"]) if inj is not None else None,
+           "error": errors[0] if errors else (injected or {}).get("error")}
+    detect = [e["detect_s"] for e in done if e.get("detect_s") is not None]
+    if any("failovers" in e for e in done):  # r2cc: how the failed rail was detected (slowest rank)
+        row.update(detect_s=max(detect) if detect else None, rail_failovers=sum(e.get("failovers", 0) for e in done),
+                   rail_error=next((e["rail_error"] for e in done if e.get("rail_error")), None),
+                   states_before=[e.get("states_before") for e in done])
+    rec = [e for e in done if "recovered" in e]
+    if rec:
+        row.update(recovered=all(e["recovered"] for e in rec), recover_s=max(e["recover_s"] for e in rec))
+    return row
+
+
+def merge_reps(rows: list[dict]) -> dict:
+    """One row from repeated faulted ops: medians of the times, every rep must pass."""
+    if len(rows) == 1:
+        return rows[0]
+    out = dict(rows[0])
+    done = all(r["completed"] for r in rows)
+    times = [r["fault_s"] for r in rows]
+    keep = ("fault_s", "extra_s", "resent_bytes", "hit", "fault_at_s", "detect_s", "rail_failovers",
+            "states_before", "error")
+    out.update(reps=len(rows), completed=done, runs=[{k: r.get(k) for k in keep} for r in rows],
+               bit_exact=all(r["bit_exact"] for r in rows) if done else None,
+               fault_s=float(np.median(times)) if done else None,
+               fault_s_all=times, extra_s_all=[r["extra_s"] for r in rows],
+               resent_bytes=int(np.median([r["resent_bytes"] for r in rows])),
+               hit=all(r["hit"] for r in rows if r["fault_at_s"] is not None),  # reps never run: no say
+               detect_s=max((r["detect_s"] for r in rows if r.get("detect_s") is not None), default=None),
+               fault_at_s=_median([r["fault_at_s"] for r in rows if r["fault_at_s"] is not None]),
+               error=next((r["error"] for r in rows if r["error"]), None))
+    out["extra_s"] = out["fault_s"] - out["baseline_s"] if done and out["baseline_s"] is not None else None
+    if "recover_s" in out:
+        out.update(recovered=all(r.get("recovered") for r in rows),
+                   recover_s=max(r.get("recover_s", 0.0) for r in rows))
+    return out
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def add_ratios(results: list[dict]) -> None:
+    """ratio_vs_r2cc = p50 / r2cc's p50 at the same size (> 1: r2cc is faster)."""
+    ref = {r["bytes"]: r["p50_s"] for r in results if r["backend"] == "r2cc" and r["p50_s"]}
+    for r in results:
+        base = ref.get(r["bytes"])
+        r["ratio_vs_r2cc"] = r["p50_s"] / base if base and r["p50_s"] else None
+
+
+def _oneline(text: str) -> str:
+    return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:.3f}"
+
+
+def _num(x, fmt) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def table(report: dict) -> str:
+    build = report.get("build") or {}
+    load = report.get("load_avg") or [float("nan")]
+    lines = [f"{report['op']}  hosts={report['hosts']} rails={report['rails']} "
+             f"rate={report['rate'] or 'unshaped'} mtu={report['mtu']} iters={report['iters']}  "
+             f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
+             + ("+dirty csrc" if build.get("csrc_dirty") else ""),
+             f"{'backend':8} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'busbw GB/s':>10} "
+             f"{'correct':>8} {'p50/r2cc':>8}  rails tx share"]
+    for r in report["results"]:
+        share = "/".join(f"{x * 100:.0f}" for x in r.get("rail_tx_share") or [])
+        correct = ("exact" if r.get("bit_exact") else "yes") if r["correct"] else "NO"
+        lines.append(f"{r['backend']:8} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
+                     f"{_num(r['busbw_GBps'], '.3f'):>10} {correct:>8} {_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
+                     + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
+                     + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
+                        if r.get("failovers") or r.get("resent_bytes") else ""))
+    if report["faults"]:
+        lines.append("")
+        lines.append(f"{'backend':8} {'bytes':>6} {'fault':24} {'done':>5} {'exact':>5} {'fault ms':>9} "
+                     f"{'base ms':>9} {'extra ms':>9} {'resent':>10}  notes")
+        for f in report["faults"]:
+            notes = [f"baseline={f['baseline']}"]
+            if not f["hit"]:
+                notes.append("fault landed after the op")
+            if f.get("reps"):
+                notes.append(f"median of {f['reps']} (extra ms: "
+                             + ", ".join(_ms(x) for x in f["extra_s_all"]) + ")")
+            if f["fault_at_s"] is not None:
+                notes.append(f"fault in place at +{f['fault_at_s'] * 1e3:.0f} ms")
+            if f.get("detect_s") is not None:
+                notes.append(f"detected in {f['detect_s'] * 1e3:.0f} ms")
+            if "recover_s" in f:
+                notes.append(f"rails back after {f['recover_s']:.2f}s" if f["recovered"] else "rails NOT back")
+            if f["error"]:
+                notes.append(f"error: {_oneline(f['error'])[:160]}")
+            exact = "-" if f["bit_exact"] is None else ("yes" if f["bit_exact"] else "NO")
+            lines.append(f"{f['backend']:8} {format_size(f['bytes']):>6} {f['spec']:24} "
+                         f"{'yes' if f['completed'] else 'NO':>5} {exact:>5} {_ms(f['fault_s']):>9} "
+                         f"{_ms(f['baseline_s']):>9} {_ms(f['extra_s']):>9} {f['resent_bytes']:>10}  "
+                         + "; ".join(notes))
+    return "\n".join(lines)

@@ -1,0 +1,138 @@
+"""The standalone admin API as a real server process over a real 2-rank group (loopback rails)."""
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.comm import workers
+from tests.comm.harness import free_port, run_ranks
+
+TOKEN = "test-admin-token"
+
+
+def busy_group(rank, world, store, status_dir):
+    """All-reduces (checked bit for bit) until a stop file appears; rank 0 decides when,
+    and tells the others through the group itself, so every rank runs the same sequence."""
+    import torch
+
+    os.environ["R2CC_STATUS_DIR"] = status_dir
+    comm = workers.open_comm(rank, world, store, group="adm")
+    try:
+        x = workers.make_input(rank, 1 << 18, torch.float32)
+        want = workers.reference_reduce([workers.make_input(r, 1 << 18, torch.float32) for r in range(world)], "sum")
+        bad = n = 0
+        stop = torch.zeros(1, dtype=torch.int32)
+        while True:
+            if not workers.bits_equal(comm.all_reduce(x.clone()), want):
+                bad += 1
+            n += 1
+            if n % 10 == 0:
+                stop[0] = int(rank == 0 and os.path.exists(os.path.join(status_dir, "..", "stop")))
+                comm.broadcast(stop, src=0)
+                if stop[0]:
+                    return {"bad": bad, "n": n}
+    finally:
+        comm.close()
+
+
+@pytest.fixture
+def admin(tmp_path):
+    status_dir = str(tmp_path / "status")
+    os.makedirs(status_dir)
+    port = free_port()
+    env = dict(os.environ, R2CC_ADMIN_TOKEN=TOKEN)
+    result = {}
+    group = threading.Thread(target=lambda: result.update(res=run_ranks(busy_group, 2, status_dir, timeout=180)))
+    group.start()
+    deadline = time.time() + 60
+    while len(os.listdir(status_dir)) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    server = subprocess.Popen([sys.executable, "-m", "r2cc_serve.cli", "admin", "--port", str(port),
+                               "--status-dir", status_dir], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if httpx.get(base + "/r2cc/v1/health", timeout=1).status_code in (200, 503):
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield base, result, group
+    finally:
+        open(os.path.join(status_dir, "..", "stop"), "w").close()
+        server.terminate()
+        server.wait(timeout=10)
+        group.join(timeout=200)
+        res = result.get("res")
+        assert res is not None, "the group did not finish"
+        assert all(r["bad"] == 0 and r["n"] > 0 for r in res), res  # nothing lost, all exact
+
+
+def test_admin_rails_actions_errors_metrics(admin):
+    base, result, group = admin
+    api, auth = base + "/r2cc/v1", {"Authorization": f"Bearer {TOKEN}"}
+    rails = httpx.get(api + "/rails", timeout=5).json()["rails"]
+    assert sorted({r["host"] for r in rails}) == ["rank0", "rank1"] and len(rails) == 6
+    assert all(r["state"] in ("up", "degraded") for r in rails), rails  # degraded = up but measured slow
+
+    # errors: auth, unknown host/rail, malformed
+    assert httpx.post(api + "/rails/rank0/1/drain", timeout=5).status_code == 401
+    assert httpx.post(api + "/rails/rank0/1/drain", headers={"Authorization": "Bearer nope"}, timeout=5).status_code == 401
+    assert httpx.get(api + "/rails/nohost/0", timeout=5).status_code == 404
+    assert httpx.get(api + "/rails/rank0/7", timeout=5).status_code == 404
+    assert httpx.get(api + "/rails/rank0/abc", timeout=5).status_code == 422
+    assert httpx.post(api + "/rails/rank0/1/drain?force=maybe", headers=auth, timeout=5).status_code == 422
+
+    # drain: effective on both ranks within 1 s, visible through GET
+    t0 = time.time()
+    r = httpx.post(api + "/rails/rank0/1/drain", headers=auth, timeout=5)
+    assert r.status_code == 200 and r.json()["ranks"] == [0], r.text
+    while time.time() - t0 < 1.0:
+        states = {(x["host"], x["rail"]): x["state"] for x in httpx.get(api + "/rails", timeout=5).json()["rails"]}
+        if states[("rank0", 1)] == "drained" and states[("rank1", 1)] == "drained":
+            break
+        time.sleep(0.02)
+    assert states[("rank0", 1)] == "drained" and states[("rank1", 1)] == "drained", states
+    health = httpx.get(api + "/health", timeout=5).json()
+    assert health["status"] == "degraded" and any("rail1" in x for x in health["reasons"]), health
+
+    # the last healthy rail of a host is protected
+    assert httpx.post(api + "/rails/rank0/0/drain", headers=auth, timeout=5).status_code == 200
+    r = httpx.post(api + "/rails/rank0/2/failover", headers=auth, timeout=5)
+    assert r.status_code == 409 and "last healthy rail" in r.json()["detail"], r.text
+    for k in (0, 1):
+        assert httpx.post(api + f"/rails/rank0/{k}/undrain", headers=auth, timeout=5).status_code == 200
+
+    # failover + restore
+    assert httpx.post(api + "/rails/rank1/2/failover", headers=auth, timeout=5).status_code == 200
+    assert httpx.get(api + "/rails/rank1/2", timeout=5).json()["state"] == "down"
+    assert httpx.post(api + "/rails/rank1/2/restore", headers=auth, timeout=5).status_code == 200
+    deadline = time.time() + 10
+    while time.time() < deadline and httpx.get(api + "/rails/rank1/2", timeout=5).json()["state"] != "up":
+        time.sleep(0.1)
+    assert httpx.get(api + "/rails/rank1/2", timeout=5).json()["failovers"] >= 1
+
+    events = httpx.get(api + "/events", timeout=5).json()["events"]
+    kinds = {(e["host"], e["rail"], e["from"], e["to"]) for e in events}
+    assert ("rank0", 1, "up", "drained") in kinds or ("rank0", 1, "up", "draining") in kinds, kinds
+
+    text = httpx.get(base + "/metrics", timeout=5).text
+    assert 'r2cc_rail_up{host="rank0",rail="0"} 1.0' in text, text[:2000]
+    sent = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('r2cc_rail_sent_bytes_total{host="rank0"')]
+    assert sent and sum(sent) > 0
+    assert "r2cc_rail_failovers_total" in text and "r2cc_collective_duration_seconds_bucket" in text
+
+    # GET /rails latency while the group is busy (reported, not asserted)
+    lat = []
+    for _ in range(200):
+        t = time.perf_counter()
+        httpx.get(api + "/rails", timeout=5)
+        lat.append(time.perf_counter() - t)
+    lat.sort()
+    print(f"GET /rails p50 {statistics.median(lat) * 1e3:.2f} ms p99 {lat[197] * 1e3:.2f} ms")

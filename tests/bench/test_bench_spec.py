@@ -1,0 +1,86 @@
+"""Bench input parsing and report arithmetic: pure, no lab, runs anywhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from r2cc_serve.bench import report, spec
+from r2cc_serve.errors import UserError
+
+
+def test_sizes_use_binary_units():
+    assert spec.parse_sizes("4K,1M,64M") == [4096, 1 << 20, 64 << 20]
+    assert spec.parse_sizes("4096, 2k") == [4096, 2048]
+    assert spec.format_size(64 << 20) == "64M" and spec.format_size(4100) == "4100"
+    for bad in ("", "4Q", "-1K", "0"):
+        with pytest.raises(UserError):
+            spec.parse_sizes(bad)
+
+
+def test_op_sizes_must_split_into_float_blocks():
+    spec.check_op_size("all_gather", 4096, 4)
+    with pytest.raises(UserError, match="multiple of 16"):
+        spec.check_op_size("reduce_scatter", 4100, 4)
+    with pytest.raises(UserError, match="multiple of 4"):
+        spec.check_op_size("all_reduce", 4097, 2)
+
+
+def test_backends():
+    assert spec.parse_backends("r2cc,gloo,mpi") == ["r2cc", "gloo", "mpi"]
+    for bad in ("nccl", "r2cc,r2cc", ""):
+        with pytest.raises(UserError):
+            spec.parse_backends(bad)
+
+
+def test_fault_specs():
+    f = spec.parse_fault("h0:1:down@30%", hosts=2, rails=4)
+    assert (f.host, f.rail, f.kind, f.arg, f.at) == (0, 1, "down", None, 0.3)
+    assert spec.parse_fault("h1:rail2:blackhole", 2, 4).at == spec.DEFAULT_FAULT_AT
+    assert spec.parse_fault("h0:0:degrade:100mbit@50%", 2, 4).arg == "100mbit"
+    flap = spec.parse_fault("h0:3:flap:200:3@10%", 2, 4)
+    assert flap.arg == (200, 3) and spec.FaultSpec.from_dict(flap.to_dict()) == flap
+    for bad, msg in [("h2:0:down", "host 2"), ("h0:4:down", "rail 4"), ("h0:0:explode", "kind"),
+                     ("h0:0:degrade", "one rate"), ("h0:0:flap:1", "PERIOD_MS:COUNT"), ("x", "not valid"),
+                     ("h0:0:down:7", "no arguments")]:
+        with pytest.raises(UserError, match=msg):
+            spec.parse_fault(bad, 2, 4)
+    with pytest.raises(UserError, match="at least 2 rails"):
+        spec.parse_fault("h0:0:down", 2, 1)
+
+
+def test_busbw_factors_follow_nccl_tests():
+    assert report.busbw_factor("all_reduce", 4) == 1.5
+    assert report.busbw_factor("all_gather", 4) == 0.75
+    assert report.busbw_factor("broadcast", 4) == 1.0
+
+
+def _entry(times, exact=True):
+    return {"times": times, "bit_exact": exact, "close": True, "max_err": 0.0, "rail_tx_bytes": [3, 1],
+            "error": None}
+
+
+def test_iteration_time_is_the_slowest_rank():
+    row = report.summarize_measure("gloo", "all_reduce", 2, 1000,
+                                   [_entry([1.0, 2.0, 3.0]), _entry([2.0, 1.0, 3.0], exact=False)])
+    assert row["p50_s"] == 2.0 and row["busbw_GBps"] == pytest.approx(1000 / 2.0 / 1e9)
+    assert row["correct"] and not row["bit_exact"] and row["rail_tx_share"] == [0.75, 0.25]
+    r2 = report.summarize_measure("r2cc", "all_reduce", 2, 1000, [_entry([1.0]), _entry([1.0], exact=False)])
+    assert not r2["correct"], "r2cc must be bit-exact"
+    missing = report.summarize_measure("mpi", "all_reduce", 2, 1000, [_entry([1.0]), None])
+    assert not missing["correct"] and "no result" in missing["error"]
+    rows = [r2 | {"p50_s": 1.0}, row]
+    report.add_ratios(rows)
+    assert rows[1]["ratio_vs_r2cc"] == 2.0
+
+
+def test_fault_row_extra_time_and_hit():
+    entries = [{"completed": True, "elapsed_s": 0.5, "end": 10.0, "bit_exact": True, "resent_bytes": 7},
+               {"completed": True, "elapsed_s": 0.6, "end": 10.1, "bit_exact": True, "resent_bytes": 1}]
+    inj = {"go": 9.0, "call_start": 9.1, "injected_at": 9.2}
+    row = report.summarize_fault("r2cc", "h0:1:down@30%", 1 << 20, entries, inj, 0.4, "R-1")
+    assert row["completed"] and row["bit_exact"] and row["hit"] and row["resent_bytes"] == 8
+    assert row["extra_s"] == pytest.approx(0.2) and row["fault_at_s"] == pytest.approx(0.2)
+    late = report.summarize_fault("r2cc", "x", 1, entries, inj | {"injected_at": 11.0}, 0.4, "R-1")
+    assert not late["hit"]
+    hung = report.summarize_fault("gloo", "x", 1, [entries[0], None], inj, 0.4, "ff")
+    assert not hung["completed"] and hung["hit"] and hung["extra_s"] is None and "no result" in hung["error"]

@@ -1,0 +1,58 @@
+"""Deployment (b): one vLLM node per lab host (--nnodes 2, node 1 headless), r2cc backend.
+
+Every fault is injected while 4 streams decode; outputs must equal the fault-free reference
+of vLLM's default backend, no request may fail, and the r2cc workers must show the broken
+rail leaving service (status files / logs) and coming back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from r2cc_serve.serving import evidence
+from r2cc_serve.serving.deploy import two_nodes
+from r2cc_serve.serving.faults import FaultSpec
+from r2cc_serve.serving.load import compare, run_load
+from r2cc_serve.serving.scenario import run_with_fault
+from tests.e2e.conftest import LOAD, SERVE_ARGS
+
+
+@pytest.fixture(scope="module")
+def dep(lab, model_dir, session, reference):
+    with two_nodes(lab, model_dir, backend="r2cc", port=8320, extra_args=SERVE_ARGS) as d:
+        session.deployments.append(d)
+        yield d
+
+
+def test_two_nodes_serve_the_same_tokens_as_the_default_backend(dep, reference):
+    before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    run = run_load(dep.url, dep.model, LOAD)
+    after = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    assert not run.failed, run.summary()
+    assert compare(reference, run) == []
+    sent = evidence.diff_totals(before, after)
+    assert all(sent.get(k, {}).get("bytes_sent", 0) > 0 for k in range(4)), sent
+    # Each node writes the status file of its own rank: both ranks are r2cc.
+    ranks = sorted(d.get("rank") for d in evidence.read_status(dep.status_dir).values())
+    assert ranks == [0, 1]
+
+
+@pytest.mark.parametrize("kind,host,rail", [
+    ("down", 0, 1),
+    ("blackhole", 1, 2),
+    ("flap", 0, 3),
+    ("drain", 1, 0),
+])
+def test_fault_during_generation(dep, reference, kind, host, rail):
+    out = run_with_fault(dep, FaultSpec(kind, host=host, rail=rail, after_s=2, hold_s=4), LOAD, reference)
+    assert out.problems() == [], out.summary()
+
+
+def test_all_rails_of_one_host_down_fallback_keeps_serving(dep, reference):
+    out = run_with_fault(dep, FaultSpec("all-down", host=0, after_s=2, hold_s=5), LOAD, reference)
+    assert out.problems() == [], out.summary()
+    mid = out.record.mid_fault
+    assert mid["vllm_health"] == 200, mid
+    assert {r["status"] for r in mid["r2cc"].values()} == {"degraded"}, mid
+    fallback = [k for k, v in out.status_delta.items() if v.get("fallback")]
+    assert fallback and sum(out.status_delta[k]["bytes_sent"] for k in fallback) > 0, out.status_delta
