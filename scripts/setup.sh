@@ -25,7 +25,7 @@ fi
 PY=${PYTHON:-python3}
 step "pip: torch 2.13.0 (CPU), build and test tools"
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0" "pybind11>=2.12" "setuptools>=68" wheel \
-  pytest pytest-timeout mpi4py
+  pytest pytest-timeout "schemathesis>=4" mpi4py
 
 step "pip: r2cc-serve (editable) and its C++ core"
 $PY -m pip install -q --disable-pip-version-check --no-build-isolation -e ".[test,bench]"
