@@ -1,6 +1,7 @@
 #include "collectives.h"
 
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -44,9 +45,9 @@ void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt,
     return Range{s.begin + r.begin, s.begin + r.end};
   };
   // Other ranks' copies of my segment, laid out by rank.
-  std::vector<char> contrib(size_t(p) * max_seg * es);
+  std::unique_ptr<char[]> contrib(new char[size_t(p) * max_seg * es]);  // no zero-fill: fully overwritten
   const Range mine = part(count, p, me);
-  auto contrib_at = [&](int r, const Range& rg) { return contrib.data() + (size_t(r) * max_seg + (rg.begin - mine.begin)) * es; };
+  auto contrib_at = [&](int r, const Range& rg) { return contrib.get() + (size_t(r) * max_seg + (rg.begin - mine.begin)) * es; };
 
   std::vector<std::vector<Op>> rs_recv(nslices);
   std::vector<Op> sends, ag_recv;
@@ -98,11 +99,11 @@ void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType
   const int p = t.world(), me = t.rank();
   const size_t es = dtype_size(dt), bytes = count * es;
   const char* src = static_cast<const char*>(in);
-  std::vector<char> contrib(size_t(p) * bytes);
+  std::unique_ptr<char[]> contrib(new char[size_t(p) * bytes]);
   std::vector<Op> recvs, sends;
   for (int k = 1; k < p; ++k) {
     const int q = (me + k) % p;
-    recvs.push_back(t.post_recv(q, contrib.data() + size_t(q) * bytes, bytes));
+    recvs.push_back(t.post_recv(q, contrib.get() + size_t(q) * bytes, bytes));
   }
   for (int k = 1; k < p; ++k) {
     const int q = (me + k) % p;
@@ -110,7 +111,7 @@ void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType
   }
   wait_all(t, recvs);
   std::vector<const void*> inputs(p);
-  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src + size_t(me) * bytes : contrib.data() + size_t(r) * bytes;
+  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src + size_t(me) * bytes : contrib.get() + size_t(r) * bytes;
   reduce_in_order(dt, op, out, inputs.data(), p, count);
   wait_all(t, sends);
 }

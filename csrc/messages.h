@@ -52,11 +52,14 @@ struct InMsg {
   size_t len = 0, chunk = 0, nchunks = 0;
   char* data = nullptr;      // where chunks land: the user's buffer or the stash
   char* user = nullptr;      // user's buffer once posted
-  std::vector<char> stash;   // chunks that arrived before the receive was posted
+  std::unique_ptr<char[]> stash;  // chunks that arrived before the receive was posted
   bool posted = false;
   bool known = false;        // the first frame told us len/chunk
   std::vector<uint8_t> state;
-  std::map<size_t, std::vector<char>> pending;  // duplicates read while another rail held the claim
+  // Readers writing into `data` right now; the message completes only at zero.
+  int active_readers = 0;
+  // Per chunk: another rail's copy completed it, the reader holding the claim stands aside.
+  std::unique_ptr<std::atomic<bool>[]> superseded;
   size_t nrecv = 0;
   bool done = false;
   std::string error;

@@ -523,8 +523,14 @@ void Transport::release_fd_locked(Conn& c, int fd) {
 
 // ---- operator actions --------------------------------------------------------
 
+void Transport::check_rail(int rail) const {
+  if (rail < 0 || rail >= num_rails())
+    throw std::out_of_range("r2cc: no rail " + std::to_string(rail) + "; this group has rails 0.." +
+                            std::to_string(num_rails() - 1));
+}
+
 void Transport::drain_rail(int rail) {
-  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   rail_drained_[rail] = true;
   for (auto& p : peers_)
@@ -537,7 +543,7 @@ void Transport::drain_rail(int rail) {
 }
 
 void Transport::undrain_rail(int rail) {
-  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   rail_drained_[rail] = false;
   for (auto& p : peers_)
@@ -550,7 +556,7 @@ void Transport::undrain_rail(int rail) {
 }
 
 void Transport::failover_rail(int rail) {
-  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   rail_held_[rail] = true;
   for (auto& p : peers_)
@@ -566,7 +572,7 @@ void Transport::inject_failure(int peer, int rail, int64_t chunks) {
 }
 
 void Transport::restore_rail(int rail) {
-  if (rail < 0 || rail >= num_rails()) throw std::out_of_range("r2cc: no rail " + std::to_string(rail));
+  check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   rail_held_[rail] = false;
   for (auto& p : peers_)

@@ -161,6 +161,8 @@ class Transport {
   void peer_closed_locked(Peer& p);
   void flush_before_close();
   void set_error_locked(const std::string& reason);
+  void check_rail(int rail) const;
+  void check_peer(int peer) const;
   void use_fd_locked(Conn& c, int fd);
   void release_fd_locked(Conn& c, int fd);
 
@@ -170,6 +172,7 @@ class Transport {
   std::string read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch);
   void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
   void finish_in_locked(Peer& p, InMsg& m);
+  void release_reader_locked(Peer& p, InMsg& m);
   void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
   size_t window_for_locked(const Conn& c) const;

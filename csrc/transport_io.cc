@@ -21,14 +21,17 @@ FrameHeader ctrl_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint3
 
 // ---- posting and waiting ---------------------------------------------------------
 
-Op Transport::post_send(int peer, const void* buf, size_t len) {
+void Transport::check_peer(int peer) const {
   if (peer < 0 || peer >= world_ || peer == rank_)
-    throw std::invalid_argument("r2cc: cannot send to rank " + std::to_string(peer));
+    throw std::invalid_argument("r2cc: rank " + std::to_string(rank_) + " cannot exchange data with rank " +
+                                std::to_string(peer) + " (group of " + std::to_string(world_) + ")");
+}
+
+Op Transport::post_send(int peer, const void* buf, size_t len) {
+  check_peer(peer);
   Op op;
-  if (len == 0) {
-    op.done_at_post = true;
-    return op;
-  }
+  op.done_at_post = len == 0;  // nothing to move; both sides skip it alike
+  if (len == 0) return op;
   std::unique_lock<std::mutex> lk(mu_);
   if (!error_.empty()) throw AbortedError(error_);
   Peer& p = *peers_[peer];
@@ -115,13 +118,10 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
 }
 
 Op Transport::post_recv(int peer, void* buf, size_t len) {
-  if (peer < 0 || peer >= world_ || peer == rank_)
-    throw std::invalid_argument("r2cc: cannot receive from rank " + std::to_string(peer));
+  check_peer(peer);
   Op op;
-  if (len == 0) {
-    op.done_at_post = true;
-    return op;
-  }
+  op.done_at_post = len == 0;
+  if (len == 0) return op;
   std::lock_guard<std::mutex> g(mu_);
   if (!error_.empty()) throw AbortedError(error_);
   Peer& p = *peers_[peer];
@@ -138,7 +138,7 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
     }
     m->posted = true;
     m->user = static_cast<char*>(buf);
-    if (m->nrecv == m->nchunks) finish_in_locked(p, *m);
+    if (m->known && m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
   } else {
     m = std::make_shared<InMsg>();
     m->peer = peer;
@@ -285,7 +285,9 @@ void Transport::writer_loop(Conn& c) {
         frames.push_back(c.ctrl.front());
         c.ctrl.pop_front();
       }
-      while (!p.acks.empty() && frames.size() < kMaxAcksPerWrite) {
+      // A suspect rail carries no acks: they would sit in its dead buffers while the
+      // sender waits for them.
+      while (!c.suspect && !p.acks.empty() && frames.size() < kMaxAcksPerWrite) {
         const AckItem a = p.acks.front();
         p.acks.pop_front();
         frames.push_back(ctrl_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
@@ -314,11 +316,16 @@ void Transport::writer_loop(Conn& c) {
       c.writing = true;
       lk.unlock();
       std::string err;
-      if (!frames.empty()) err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale);
+      // With a chunk attached the caller's buffer is pinned (active_writers) from here
+      // on: give up as soon as its message is done elsewhere, even before the chunk.
+      auto stale_or_done = [&] { return stale() || (chunk.msg && chunk.msg->done.load()); };
+      if (!frames.empty())
+        err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done);
       if (err.empty() && !abort_reason.empty()) {
         FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
-        err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale);
+        err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
       }
+      if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
       if (err.empty() && chunk.msg) err = write_chunk(c, fd, dh, chunk, stale);
       lk.lock();
       c.writing = false;
@@ -444,8 +451,8 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
         slot->peer = c.peer;
         slot->seq = h.seq;
         slot->len = h.total;
-        slot->stash.resize(h.total);
-        slot->data = slot->stash.data();
+        slot->stash.reset(new char[h.total]);  // not zero-filled: every byte will be written
+        slot->data = slot->stash.get();
       }
       m = slot;
       if (m->len != h.total) {
@@ -459,18 +466,41 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
         m->chunk = h.chunk_bytes;
         m->nchunks = num_chunks(m->len, m->chunk);
         m->state.assign(m->nchunks, kChunkNone);
+        m->superseded.reset(new std::atomic<bool>[m->nchunks]);
+        for (size_t i = 0; i < m->nchunks; ++i) m->superseded[i] = false;
       }
       if (m->chunk != h.chunk_bytes || idx >= m->nchunks) return "corrupt data frame (chunking changed)";
       if (m->state[idx] == kChunkNone) {
         m->state[idx] = kChunkClaimed;
+        m->active_readers++;
         dest = m->data + h.offset;
       }
     }
   }
-  // Not claimed: a duplicate. Read it aside; it may still be needed if the rail
-  // holding the claim dies before finishing.
-  if (!dest && scratch.size() < h.len) scratch.resize(h.len);
-  std::string err = read_full(fd, dest ? dest : scratch.data(), h.len, kPollMs, stale, progress);
+  std::string err;
+  if (dest) {
+    // Straight into the destination, unless another rail completes this chunk first
+    // (this rail fell silent mid-chunk): then the rest of the frame goes aside.
+    auto superseded = [&] { return stale() || m->superseded[idx].load(); };
+    size_t got = 0;
+    err = read_full(fd, dest, h.len, kPollMs, superseded, progress, &got);
+    if (err == "stopped" && !stale()) {
+      {
+        // Out of the buffer first (the message may complete now), then keep the
+        // stream in step: what is left of this frame, if it ever comes, goes aside.
+        std::lock_guard<std::mutex> g(mu_);
+        release_reader_locked(p, *m);
+      }
+      if (scratch.size() < h.len) scratch.resize(h.len);
+      err = read_full(fd, scratch.data(), h.len - got, kPollMs, stale, progress);
+      std::lock_guard<std::mutex> g(mu_);
+      c.st.bytes_recv += err.empty() ? h.len : 0;
+      return err;
+    }
+  } else {
+    if (scratch.size() < h.len) scratch.resize(h.len);
+    err = read_full(fd, scratch.data(), h.len, kPollMs, stale, progress);
+  }
   std::lock_guard<std::mutex> g(mu_);
   c.st.bytes_recv += err.empty() ? h.len : 0;
   if (!m) {  // whole message already complete: only re-acknowledge
@@ -479,34 +509,34 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
   }
   auto complete_chunk = [&] {
     m->state[idx] = kChunkDone;
-    m->pending.erase(idx);
     m->nrecv++;
     enqueue_ack_locked(p, h.seq, idx, false, urgent);
-    if (m->nrecv == m->nchunks) finish_in_locked(p, *m);
   };
   if (dest) {
-    if (err.empty()) {
-      complete_chunk();
-    } else {
-      m->state[idx] = kChunkNone;
-      auto pend = m->pending.find(idx);
-      if (pend != m->pending.end()) {  // another rail delivered a full copy meanwhile
-        std::memcpy(m->data + h.offset, pend->second.data(), h.len);
-        complete_chunk();
-      }
+    if (m->state[idx] == kChunkClaimed) {
+      if (err.empty()) complete_chunk();
+      else m->state[idx] = kChunkNone;  // the sender re-sends it on another rail
     }
+    release_reader_locked(p, *m);
     return err;
   }
   if (!err.empty()) return err;
   if (m->state[idx] == kChunkDone) {
-    enqueue_ack_locked(p, h.seq, idx, false, urgent);
-  } else if (m->state[idx] == kChunkNone) {  // the claimant gave up
-    std::memcpy(m->data + h.offset, scratch.data(), h.len);
-    complete_chunk();
+    enqueue_ack_locked(p, h.seq, idx, false, urgent);  // duplicate: the sender may have lost the first ack
   } else {
-    m->pending[idx].assign(scratch.data(), scratch.data() + h.len);
+    // First complete copy. If a reader holds the claim it is stuck mid-chunk on a
+    // silent rail: this copy wins (same bytes) and that reader is told to stand aside.
+    std::memcpy(m->data + h.offset, scratch.data(), h.len);
+    if (m->state[idx] == kChunkClaimed) m->superseded[idx] = true;
+    complete_chunk();
+    if (m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
   }
   return err;
+}
+
+void Transport::release_reader_locked(Peer& p, InMsg& m) {
+  // The message is finished only when no reader can still write into its buffer.
+  if (--m.active_readers == 0 && m.known && m.nrecv == m.nchunks && !m.done) finish_in_locked(p, m);
 }
 
 }  // namespace r2cc
