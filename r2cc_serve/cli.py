@@ -15,6 +15,7 @@ _SUBCOMMANDS = [
     "r2cc_serve.bench.cli",
     "r2cc_serve.model.cli",
     "r2cc_serve.admin.cli",
+    "r2cc_serve.serving.cli",
     "r2cc_serve.knobs_cli",
 ]
 

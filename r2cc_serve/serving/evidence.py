@@ -36,6 +36,7 @@ class Transition:
     old: str
     new: str
     reason: str
+    detect_s: float | None = None  # status events: how long the core took to call the rail dead
 
 
 class LogWatcher:
@@ -121,7 +122,8 @@ def status_transitions(status: dict[str, dict]) -> list[Transition]:
             try:
                 out.append(Transition(float(ev["time"]), name, str(ev.get("group", "")), int(ev["rank"]),
                                       int(ev["rail"]), int(ev["peer"]), str(ev["from"]), str(ev["to"]),
-                                      str(ev.get("error") or "")))
+                                      str(ev.get("error") or ""),
+                                      None if ev.get("detect_s") is None else float(ev["detect_s"])))
             except (KeyError, TypeError, ValueError):
                 continue  # an event shape we do not know: the log lines still count
     return sorted(out, key=lambda t: t.seen_at)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -104,22 +103,20 @@ class LoadResult:
             "requests": len(self.results), "ok": len(self.ok), "failed": len(self.failed),
             "errors": sorted({r.error for r in self.failed if r.error})[:5],
             "tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 2),
-            "ttft_p50_s": _pct(ttfts, 50), "tpot_p50_s": _pct(tpots, 50), "tpot_p99_s": _pct(tpots, 99),
-            "itl_p50_s": _pct(gaps, 50), "itl_p99_s": _pct(gaps, 99), "itl_max_s": max(gaps) if gaps else None,
+            "ttft_p50_s": percentile(ttfts, 50),
+            "tpot_p50_s": percentile(tpots, 50), "tpot_p99_s": percentile(tpots, 99),
+            "itl_p50_s": percentile(gaps, 50), "itl_p99_s": percentile(gaps, 99),
+            "itl_max_s": max(gaps) if gaps else None,
         }
 
 
-def _pct(values: list[float], p: float) -> float | None:
+def percentile(values: list[float], p: float) -> float | None:
     """Nearest-rank percentile (no interpolation: p99 of few samples is the largest one)."""
     if not values:
         return None
     s = sorted(values)
     k = max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))
     return round(s[k], 6)
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def run_load(url: str, model: str, spec: LoadSpec | None = None) -> LoadResult:
@@ -228,7 +225,8 @@ def compare(reference: LoadResult, run: LoadResult) -> list[str]:
         if want is None:
             out.append(f"request {r.index}: prompt {r.prompt_index} has no reference output")
         elif r.token_ids != want:
-            at = next((i for i, (a, b) in enumerate(zip(r.token_ids, want)) if a != b), min(len(r.token_ids), len(want)))
+            at = next((i for i, (a, b) in enumerate(zip(r.token_ids, want)) if a != b),
+                      min(len(r.token_ids), len(want)))
             out.append(f"request {r.index} (prompt {r.prompt_index}): tokens differ from position {at}: "
                        f"got {r.token_ids[at:at + 5]}, reference {want[at:at + 5]}")
     return out

@@ -31,6 +31,7 @@ class FaultOutcome:
     faulted: list[evidence.Transition]   # transitions of the broken rail(s), both ranks
     noise: list[evidence.Transition]     # transitions of the other rails in the same window
     detect_s: float | None               # first "up -> not up" of a broken rail after the fault
+    core_detect_s: float | None          # the core's own detection latency of that event (status file)
     recover_s: float | None              # last broken (rank, rail) back "up", after the restore
     recovered: bool
     tokens_during_fault: int             # tokens streamed while the fault was active
@@ -67,7 +68,8 @@ class FaultOutcome:
         s = self.load.summary()
         s.update({
             "fault": self.spec.text, "mismatches": len(self.mismatches),
-            "detect_s": _r(self.detect_s), "recover_s": _r(self.recover_s), "recovered": self.recovered,
+            "detect_s": _r(self.detect_s), "core_detect_s": _r(self.core_detect_s),
+            "recover_s": _r(self.recover_s), "recovered": self.recovered,
             "faulted_transitions": len(self.faulted), "other_rail_transitions": len(self.noise),
             "tokens_during_fault": self.tokens_during_fault, "mid_fault": self.record.mid_fault,
             "fault_reasons": sorted({t.reason.split(" (")[0][:60] for t in self.faulted if t.new == "down"})[:4],
@@ -103,6 +105,7 @@ def run_with_fault(dep, spec: FaultSpec, load_spec: LoadSpec, reference: LoadRes
         spec=spec, load=result, record=rec, mismatches=compare(reference, result), target_rails=targets,
         faulted=faulted, noise=[t for t in window if t.rail not in targets],
         detect_s=None if first_down is None else first_down.seen_at - start,
+        core_detect_s=None if first_down is None else first_down.detect_s,
         recover_s=recover_s, recovered=recovered,
         tokens_during_fault=len(result.gaps(rec.injected_at, rec.restored_at)) if rec.injected_at else 0,
         status_delta=evidence.diff_totals(status_before, totals_after) if totals_after else {},

@@ -51,16 +51,33 @@ def _why_skip() -> str | None:
 SKIP_REASON = _why_skip()
 
 
+def _opted_in(config) -> bool:
+    """~12 minutes: only when asked for (-m with vllm, the tests/e2e path, or R2CC_E2E=1)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    named = any(os.path.abspath(a.split("::")[0]).startswith(here) for a in config.args)
+    return named or "vllm" in (config.option.markexpr or "") or os.environ.get("R2CC_E2E") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
-    here = os.path.dirname(__file__)
+    """Files here need vLLM and the lab unless they say otherwise with a module-level
+    NEEDS = "root" (root only, e.g. the fake-vLLM clean-up test) or NEEDS = "nothing"."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    not_asked = None if _opted_in(config) else \
+        "end-to-end vLLM tests run only on request: pytest tests/e2e, -m vllm or R2CC_E2E=1"
     for item in items:
-        if str(item.fspath).startswith(here):
-            item.add_marker(pytest.mark.vllm)
-            item.add_marker(pytest.mark.lab)
-            if item.get_closest_marker("timeout") is None:
-                item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
-            if SKIP_REASON:
-                item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+        if not str(item.fspath).startswith(here):
+            continue
+        needs = getattr(item.module, "NEEDS", "vllm")
+        if needs == "root" and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason="needs root (private /dev/shm mount per node)"))
+        if needs != "vllm":
+            continue
+        item.add_marker(pytest.mark.vllm)
+        item.add_marker(pytest.mark.lab)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+        if SKIP_REASON or not_asked:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON or not_asked))
 
 
 class Session:

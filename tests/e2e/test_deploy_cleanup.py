@@ -14,6 +14,8 @@ import pytest
 from r2cc_serve.serving.deploy import DeployError, single_instance
 from r2cc_serve.serving.procs import session_pids
 
+NEEDS = "root"  # no vLLM: a fake one; root for the private /dev/shm mount
+
 FAKE_VLLM = r'''#!/usr/bin/env python3
 import http.server, os, subprocess, sys
 port = int(sys.argv[sys.argv.index("--port") + 1])
@@ -70,9 +72,11 @@ def test_everything_stopped_and_removed_on_error_or_ctrl_c(fake_vllm, tmp_path, 
 
 
 @pytest.mark.timeout(120)
-def test_a_dying_node_is_reported_with_its_log(fake_vllm, monkeypatch):
+def test_a_dying_node_is_reported_with_its_log(fake_vllm, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_VLLM_DIE", "1")
     with pytest.raises(DeployError, match="fatal: fake engine could not start") as info:
-        with single_instance(FakeLab(), "/no/model", port=18392, warmup=False, startup_timeout_s=60):
+        with single_instance(FakeLab(), "/no/model", port=18392, warmup=False, startup_timeout_s=60,
+                             log_dir=str(tmp_path / "logs")):
             pass
     assert "exited with code 3" in str(info.value)
+    assert "vllm-node0.log" in str(info.value)  # says where the whole log is

@@ -1,0 +1,185 @@
+"""Decode throughput and TPOT of a TP=2 deployment: r2cc vs vLLM's default backend, same run.
+
+    r2cc serve-bench [--shape two-nodes] [--duration 30] [--rounds 3] [--fault down]
+    python -m r2cc_serve.serving.bench_decode ...          (same options)
+
+For each backend (default first, then r2cc) one deployment of the same shape is started on
+the same lab; after a warm-up, `rounds` closed-loop load rounds of `duration` seconds run
+(`concurrency` streams, greedy, `max_tokens` each) and the median round is reported. Then,
+on the r2cc deployment only (the default backend is fail-stop: a dead rail hangs it), one
+more round runs with a rail fault in its middle third, and the inter-token p99 inside the
+fault window is compared with the fault-free rounds. The machine's load average is
+recorded next to every number: these boxes are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+
+from r2cc_serve.errors import UserError
+from r2cc_serve.serving.deploy import single_instance, two_nodes
+from r2cc_serve.serving.faults import KINDS, FaultSpec
+from r2cc_serve.serving.labctx import lab_session
+from r2cc_serve.serving.load import LoadSpec, percentile, compare, run_load
+from r2cc_serve.serving.model_dir import temp_model
+from r2cc_serve.serving.scenario import run_with_fault
+
+ROUND_KEYS = ("tokens_per_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s")
+
+
+def _say(msg: str) -> None:
+    print(f"[serve-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _loadavg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _tx_bytes(lab) -> dict[str, int]:
+    """Bytes sent by host 0 per interface (rails and mgmt): where each backend's traffic really went."""
+    from r2cc_serve.lab import netns
+
+    out = {}
+    for link in netns.ip_json(lab.host_ns(0), "-s", "link", "show"):
+        if link["ifname"] != "lo":
+            out[link["ifname"]] = int(link.get("stats64", link.get("stats", {})).get("tx", {}).get("bytes", 0))
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", choices=["two-nodes", "single"], default="two-nodes",
+                   help="two-nodes: one vLLM node per lab host (default); single: one vLLM, rails in lab hosts")
+    p.add_argument("--backends", default="default,r2cc", help="comma list, run in this order (default: default,r2cc)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds per load round (default 30)")
+    p.add_argument("--rounds", type=int, default=3, help="fault-free rounds per backend; the median is reported")
+    p.add_argument("--concurrency", type=int, default=4, help="streams in flight (default 4)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default 64)")
+    p.add_argument("--fault", choices=[*KINDS, "none"], default="down",
+                   help="fault for the extra r2cc round (default down; none to skip)")
+    p.add_argument("--fault-host", type=int, default=0)
+    p.add_argument("--fault-rail", type=int, default=1)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="model dtype; float32 keeps greedy outputs batch-invariant so they can be compared")
+    p.add_argument("--compile", action="store_true", help="torch.compile mode (no --enforce-eager); slower start")
+    p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
+    p.add_argument("--port", type=int, default=8400)
+    p.add_argument("--out", help="write the full JSON result here")
+    p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
+
+
+def run(args) -> int:
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or any(b not in ("default", "r2cc") for b in backends):
+        raise UserError(f"--backends {args.backends!r}: use default and/or r2cc")
+    if args.duration <= 0 or args.rounds < 1 or args.concurrency < 1 or args.max_tokens < 2:
+        raise UserError("--duration > 0, --rounds >= 1, --concurrency >= 1 and --max-tokens >= 2 are needed")
+    spec = LoadSpec(max_tokens=args.max_tokens, concurrency=args.concurrency, duration_s=args.duration,
+                    request_timeout_s=max(120.0, args.duration * 4), deadline_s=args.duration * 4 + 300)
+    result = {"shape": args.shape, "rate": args.rate, "dtype": args.dtype, "compile": args.compile,
+              "spec": dataclasses.asdict(spec), "cpus": os.cpu_count(), "backends": {}}
+    deploy = two_nodes if args.shape == "two-nodes" else single_instance
+    with lab_session(2, 4, args.rate, keep=args.keep_lab) as lab, temp_model(args.dtype) as model:
+        ref = None
+        for backend in backends:
+            _say(f"{backend}: starting the {args.shape} deployment (load average {_loadavg()})")
+            with deploy(lab, model, backend=backend, port=args.port, enforce_eager=not args.compile,
+                        extra_args=("--dtype", args.dtype)) as dep:
+                entry = {"startup_s": round(dep.startup_s, 1), "warmup_s": round(dep.warmup_s, 1), "rounds": []}
+                runs = []
+                for i in range(args.rounds):
+                    load_before = _loadavg()
+                    tx_before = _tx_bytes(lab)
+                    r = run_load(dep.url, dep.model, spec)
+                    tx = {k: v - tx_before.get(k, 0) for k, v in _tx_bytes(lab).items()}
+                    runs.append(r)
+                    s = r.summary()
+                    s.update(loadavg_before=load_before, loadavg_after=_loadavg(), host0_tx_bytes=tx)
+                    entry["rounds"].append(s)
+                    _say(f"{backend} round {i + 1}/{args.rounds}: {s['tokens_per_s']} tok/s, TPOT p50 "
+                         f"{_ms(s['tpot_p50_s'])} p99 {_ms(s['tpot_p99_s'])}, ITL p99 {_ms(s['itl_p99_s'])}, "
+                         f"{s['failed']} failed (load {load_before})")
+                entry["median"] = {k: statistics.median(x[k] for x in entry["rounds"] if x[k] is not None)
+                                   for k in ROUND_KEYS}
+                if ref is None:
+                    ref = runs[0]
+                else:
+                    entry["mismatches_vs_first_backend"] = sum(len(compare(ref, r)) for r in runs)
+                if backend == "r2cc" and args.fault != "none":
+                    entry["fault"] = _fault_round(dep, args, spec, runs[0])
+                result["backends"][backend] = entry
+    _print(result)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2, default=str)
+        _say(f"wrote {args.out}")
+    return 0
+
+
+def _fault_round(dep, args, spec: LoadSpec, reference) -> dict:
+    third = args.duration / 3
+    fault = FaultSpec(args.fault, host=args.fault_host, rail=args.fault_rail, after_s=third, hold_s=third)
+    load_before = _loadavg()
+    out = run_with_fault(dep, fault, spec, reference)  # runs for the fault window + 3 s
+    rec = out.record
+    s = out.summary()
+    in_window = out.load.gaps(rec.injected_at, rec.restored_at) if rec.injected_at else []
+    s.update(loadavg_before=load_before, loadavg_after=_loadavg(), problems=out.problems(),
+             itl_p99_in_fault_window_s=percentile(in_window, 99), itl_p50_in_fault_window_s=percentile(in_window, 50),
+             gaps_in_fault_window=len(in_window))
+    _say(f"r2cc with {fault.text}: ITL p99 in the fault window {_ms(s['itl_p99_in_fault_window_s'])}, "
+         f"{s['failed']} failed, {s['mismatches']} mismatches, detect {s['detect_s']} s, recover {s['recover_s']} s")
+    return s
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1000:.0f} ms"
+
+
+def _print(result: dict) -> None:
+    b = result["backends"]
+    print(f"\nTP=2 {result['shape']}, rails 4 x {result['rate']}, {result['dtype']}, "
+          f"{'compile' if result['compile'] else 'eager'}, {result['spec']['concurrency']} streams x "
+          f"{result['spec']['max_tokens']} tokens, {len(next(iter(b.values()))['rounds'])} rounds x "
+          f"{result['spec']['duration_s']:.0f} s (median round)")
+    print(f"{'backend':10} {'tok/s':>8} {'TPOT p50':>9} {'TPOT p99':>9} {'ITL p50':>8} {'ITL p99':>8}  load avg")
+    for name, e in b.items():
+        m = e["median"]
+        loads = [r["loadavg_before"] for r in e["rounds"]]
+        print(f"{name:10} {m['tokens_per_s']:8.2f} {_ms(m['tpot_p50_s']):>9} {_ms(m['tpot_p99_s']):>9} "
+              f"{_ms(m['itl_p50_s']):>8} {_ms(m['itl_p99_s']):>8}  {min(loads)}-{max(loads)}")
+    for name, e in b.items():
+        tx = e["rounds"][-1]["host0_tx_bytes"]
+        print(f"{name}: host 0 sent per interface in the last round: "
+              + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sorted(tx.items())))
+    if "default" in b and "r2cc" in b:
+        ratio = b["r2cc"]["median"]["tokens_per_s"] / max(b["default"]["median"]["tokens_per_s"], 1e-9)
+        print(f"r2cc / default decode tokens/s: {ratio:.2f}x; "
+              f"token mismatches r2cc vs default: {b['r2cc'].get('mismatches_vs_first_backend', '-')}")
+    f = b.get("r2cc", {}).get("fault")
+    if f:
+        print(f"r2cc with {f['fault']}: {f['ok']}/{f['requests']} ok, {f['mismatches']} mismatches, "
+              f"ITL p99 in fault window {_ms(f['itl_p99_in_fault_window_s'])} vs fault-free "
+              f"{_ms(b['r2cc']['median']['itl_p99_s'])}; whole round TPOT p99 {_ms(f['tpot_p99_s'])}; "
+              f"detect {f['detect_s']} s, recover {f['recover_s']} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m r2cc_serve.serving.bench_decode", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    try:
+        return run(p.parse_args(argv))
+    except UserError as exc:
+        print(f"serve-bench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("serve-bench: interrupted (everything started was cleaned up)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""`r2cc demo` and `r2cc serve-bench`: vLLM on the fault lab (needs root and vLLM)."""
+
+from __future__ import annotations
+
+
+def _demo(args) -> int:
+    from r2cc_serve.serving import demo
+
+    return demo.run(args)
+
+
+def _bench(args) -> int:
+    from r2cc_serve.serving import bench_decode
+
+    return bench_decode.run(args)
+
+
+def register(sub) -> None:
+    # Light imports only (httpx, the lab): torch and vLLM are never imported by the CLI process.
+    from r2cc_serve.serving import bench_decode, demo
+
+    p = sub.add_parser("demo", help="vLLM TP=2 on two lab hosts; a rail dies mid-stream; report",
+                       description=demo.__doc__.split("\n")[0])
+    demo.add_arguments(p)
+    p.set_defaults(func=_demo)
+
+    b = sub.add_parser("serve-bench", help="decode tokens/s and TPOT: r2cc vs vLLM's default backend",
+                       description=bench_decode.__doc__.split("\n")[0])
+    bench_decode.add_arguments(b)
+    b.set_defaults(func=_bench)

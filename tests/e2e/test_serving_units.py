@@ -1,0 +1,102 @@
+"""Pure parts of r2cc_serve.serving, fast and without vLLM: SSE parsing, timing, comparison, log parsing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from r2cc_serve.serving import evidence
+from r2cc_serve.serving.load import LoadSpec, compare, percentile, run_load
+
+NEEDS = "nothing"
+
+
+class _FakeCompletions(BaseHTTPRequestHandler):
+    """/v1/completions that streams max_tokens ids (prompt length + i), two per chunk after the first."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body["prompt"] == "fail":
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b'{"error": "engine dead"}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        ids = [len(body["prompt"]) + i for i in range(body["max_tokens"])]
+        chunks = [ids[:1]] + [ids[i:i + 2] for i in range(1, len(ids), 2)]
+        for n, chunk in enumerate(chunks):
+            time.sleep(0.01)
+            finish = "length" if n == len(chunks) - 1 else None
+            msg = {"choices": [{"index": 0, "text": "x" * len(chunk), "token_ids": chunk, "finish_reason": finish}]}
+            self.wfile.write(f"data: {json.dumps(msg)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture(scope="module")
+def fake_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeCompletions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_stream_is_parsed_into_token_ids_and_gaps(fake_url):
+    spec = LoadSpec(prompts=["ab", "abcd", "fail"], max_tokens=5, concurrency=2, deadline_s=30)
+    res = run_load(fake_url, "m", spec)
+    ok, failed = res.ok, res.failed
+    assert [r.token_ids for r in ok] == [[2, 3, 4, 5, 6], [4, 5, 6, 7, 8]]
+    assert [r.text for r in ok] == ["xxxxx"] * 2
+    assert all(len(r.gaps_s) == 4 and r.ttft_s > 0 and r.tpot_s > 0 for r in ok)  # one gap per token after the first
+    assert len(failed) == 1 and failed[0].error.startswith("HTTP 500")
+    s = res.summary()
+    assert (s["requests"], s["ok"], s["failed"], s["tokens"]) == (3, 2, 1, 10)
+
+
+def test_duration_mode_cycles_prompts_and_compare_matches_by_prompt(fake_url):
+    ref = run_load(fake_url, "m", LoadSpec(prompts=["a", "bb"], max_tokens=3, concurrency=1))
+    run = run_load(fake_url, "m", LoadSpec(prompts=["a", "bb"], max_tokens=3, concurrency=2, duration_s=0.3))
+    assert len(run.results) > 2 and not run.failed
+    assert compare(ref, run) == []
+    run.ok[0].token_ids = [9, 9, 9]
+    assert "differ from position 0" in compare(ref, run)[0]
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert percentile([1.0, 5.0], 99) == 5.0
+
+
+def test_log_watcher_stamps_rail_transitions(tmp_path):
+    log = tmp_path / "node0.log"
+    log.write_text("old line before the watch\nr2cc: tp:0 rank 0 rail1 to rank 1: up -> down (old)\n")
+    with evidence.LogWatcher([str(log)], interval_s=0.01) as w:
+        with open(log, "a") as f:
+            f.write("(Worker_TP0 pid=1) r2cc: tp:0 rank 0 rail2 to rank 1: up -> down "
+                    "(no bytes from rank 1 on rail2 for 61 ms (link down or blackholed))\n")
+            f.write("r2cc: tp:0 rank 1 rail2 to rank 0: down -> up\nINFO unrelated\n")
+        time.sleep(0.1)
+    t = w.transitions
+    assert [(x.rank, x.rail, x.old, x.new) for x in t] == [(0, 2, "up", "down"), (1, 2, "down", "up")]
+    assert t[0].reason.startswith("no bytes from rank 1 on rail2")
+
+
+def test_status_events_become_transitions():
+    status = {"tp_0-rank0.json": {"rails": [{"rail": 1, "bytes_sent": 10, "failovers": 1, "fallback": False}],
+                                  "events": [{"time": 5.0, "group": "tp:0", "rank": 0, "peer": 1, "rail": 1,
+                                              "from": "up", "to": "down", "error": "x", "detect_s": 0.06},
+                                             {"bogus": True}]}}
+    (t,) = evidence.status_transitions(status)
+    assert (t.rail, t.old, t.new, t.detect_s) == (1, "up", "down", 0.06)
+    assert evidence.rail_totals(status)[1]["failovers"] == 1
