@@ -86,6 +86,7 @@ class ControlAgent:
         if not 0 <= rail < self.comm.num_rails:
             return 404, {"detail": f"no rail {rail}: this rank has rails 0..{self.comm.num_rails - 1}"}
         getattr(self.comm, f"{action}_rail")(rail)
+        self.monitor.refresh_now()
         log.warning("r2cc: operator %s of rail%d on %s rank %d", action, rail, self.monitor.group, self.monitor.rank)
         return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True}
 

@@ -45,6 +45,7 @@ class RailMonitor:
         self._last: dict[tuple[int, int], str] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._sample_lock = threading.Lock()  # the thread and operator actions both sample
         self.status_path = None
         if status_dir:
             os.makedirs(status_dir, mode=0o700, exist_ok=True)
@@ -87,19 +88,25 @@ class RailMonitor:
     def _write(self, snap: dict) -> None:
         if not self.status_path:
             return
-        tmp = self.status_path + ".tmp"
+        tmp = f"{self.status_path}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the agent token
         with os.fdopen(fd, "w") as f:
             json.dump(snap, f)
         os.replace(tmp, self.status_path)
 
+    def refresh_now(self) -> dict:
+        """Sample at once (after an operator action, so its outcome is visible immediately)."""
+        with self._sample_lock:
+            snap = self._sample()
+            with self._lock:
+                self._snapshot = snap
+        self._write(snap)
+        return snap
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                snap = self._sample()
-                with self._lock:
-                    self._snapshot = snap
-                self._write(snap)
+                self.refresh_now()
             except Exception as exc:  # the monitor must never take the worker down
                 log.debug("r2cc monitor sample failed: %s", exc)
 
