@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     for modname in _SUBCOMMANDS:
         try:
             mod = importlib.import_module(modname)
-        except ImportError as exc:  # a missing optional part must not break the others
+        except Exception as exc:  # a missing or broken optional part must not break the others
             print(f"r2cc: subcommands from {modname} unavailable: {exc}", file=sys.stderr)
             continue
         mod.register(sub)

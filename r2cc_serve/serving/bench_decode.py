@@ -68,6 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile mode (no --enforce-eager); slower start")
     p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
     p.add_argument("--port", type=int, default=8400)
+    p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                   help="extra `vllm serve` argument, repeatable (e.g. --vllm-arg=--max-num-seqs=1)")
     p.add_argument("--out", help="write the full JSON result here")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
 
@@ -88,7 +90,7 @@ def run(args) -> int:
         for backend in backends:
             _say(f"{backend}: starting the {args.shape} deployment (load average {_loadavg()})")
             with deploy(lab, model, backend=backend, port=args.port, enforce_eager=not args.compile,
-                        extra_args=("--dtype", args.dtype)) as dep:
+                        extra_args=("--dtype", args.dtype, *args.vllm_arg)) as dep:
                 entry = {"startup_s": round(dep.startup_s, 1), "warmup_s": round(dep.warmup_s, 1), "rounds": []}
                 runs = []
                 for i in range(args.rounds):
@@ -105,10 +107,15 @@ def run(args) -> int:
                          f"{s['failed']} failed (load {load_before})")
                 entry["median"] = {k: statistics.median(x[k] for x in entry["rounds"] if x[k] is not None)
                                    for k in ROUND_KEYS}
+                # vLLM's greedy output may depend on batch composition; rounds of one backend
+                # against each other show how much (the floor for the cross-backend count).
+                self_diff = [m for r in runs[1:] for m in compare(runs[0], r)]
+                entry["self_mismatches"], entry["self_mismatch_examples"] = len(self_diff), self_diff[:3]
                 if ref is None:
                     ref = runs[0]
                 else:
-                    entry["mismatches_vs_first_backend"] = sum(len(compare(ref, r)) for r in runs)
+                    cross = [m for r in runs for m in compare(ref, r)]
+                    entry["mismatches_vs_first_backend"], entry["mismatch_examples"] = len(cross), cross[:3]
                 if backend == "r2cc" and args.fault != "none":
                     entry["fault"] = _fault_round(dep, args, spec, runs[0])
                 result["backends"][backend] = entry
@@ -158,8 +165,11 @@ def _print(result: dict) -> None:
               + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sorted(tx.items())))
     if "default" in b and "r2cc" in b:
         ratio = b["r2cc"]["median"]["tokens_per_s"] / max(b["default"]["median"]["tokens_per_s"], 1e-9)
-        print(f"r2cc / default decode tokens/s: {ratio:.2f}x; "
-              f"token mismatches r2cc vs default: {b['r2cc'].get('mismatches_vs_first_backend', '-')}")
+        print(f"r2cc / default decode tokens/s: {ratio:.2f}x")
+    for name, e in b.items():
+        print(f"{name}: requests whose tokens differ from round 1 of the same backend: {e['self_mismatches']}"
+              + (f"; from round 1 of {next(iter(b))}: {e['mismatches_vs_first_backend']}"
+                 if "mismatches_vs_first_backend" in e else ""))
     f = b.get("r2cc", {}).get("fault")
     if f:
         print(f"r2cc with {f['fault']}: {f['ok']}/{f['requests']} ok, {f['mismatches']} mismatches, "

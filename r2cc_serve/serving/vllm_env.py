@@ -14,6 +14,13 @@ from __future__ import annotations
 
 import os
 
+import r2cc_serve
+
+# The checkout whose r2cc_serve this harness runs: vLLM's processes must load the same one
+# (the plugin entry point is resolved through sys.path, and an editable install may point
+# at another checkout).
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(r2cc_serve.__file__)))
+
 BACKENDS = ("r2cc", "default")
 
 # Every variable we set or must not inherit from the caller (a stray R2CC_NETNS in the
@@ -52,6 +59,7 @@ def node_env(*, backend: str, rails: list[str], tmpdir: str, status_dir: str, ne
     """
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     env.update(_BASE)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     env["TMPDIR"] = tmpdir  # zmq ipc sockets and the file store land here, removed after the run
     env["R2CC_STATUS_DIR"] = status_dir
     if host_ip:
