@@ -91,7 +91,9 @@ PYBIND11_MODULE(_C, m) {
       .def("counters", &Transport::counters)
       .def("close", &Transport::close, gil())
       .def("all_reduce", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op,
-                            size_t slice) { all_reduce(t, ptr<void>(in), ptr<void>(out), count, dt, op, slice); }, gil())
+                            size_t slice, size_t one_shot) {
+        all_reduce(t, ptr<void>(in), ptr<void>(out), count, dt, op, slice, one_shot);
+      }, gil())
       .def("all_gather", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt) {
              all_gather(t, ptr<void>(in), ptr<void>(out), count, dt); }, gil())
       .def("reduce_scatter", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {

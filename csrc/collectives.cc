@@ -27,7 +27,32 @@ void check_root(const Transport& t, int root) {
 
 }  // namespace
 
-void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op, size_t slice_bytes) {
+namespace {
+
+// Small vectors: every rank sends its whole input to every other rank and reduces all
+// of them itself, in rank order. One message delay instead of two, same bits.
+void all_reduce_one_shot(Transport& t, const char* src, char* dst, size_t count, DType dt, RedOp op) {
+  const int p = t.world(), me = t.rank();
+  const size_t bytes = count * dtype_size(dt);
+  std::unique_ptr<char[]> theirs(new char[size_t(p) * bytes]);  // no zero-fill: fully overwritten
+  std::vector<Op> recvs, sends;
+  for (int k = 1; k < p; ++k) {
+    const int q = (me + k) % p;
+    recvs.push_back(t.post_recv(q, theirs.get() + size_t(q) * bytes, bytes));
+  }
+  for (int k = 1; k < p; ++k) sends.push_back(t.post_send((me + k) % p, src, bytes));
+  wait_all(t, recvs);
+  if (dst == src) wait_all(t, sends);  // in place: the input must not change under a send
+  std::vector<const void*> inputs(p);
+  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src : theirs.get() + size_t(r) * bytes;
+  reduce_in_order(dt, op, dst, inputs.data(), p, count);
+  wait_all(t, sends);
+}
+
+}  // namespace
+
+void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op, size_t slice_bytes,
+                size_t one_shot_bytes) {
   const int p = t.world(), me = t.rank();
   const size_t es = dtype_size(dt);
   const char* src = static_cast<const char*>(in);
@@ -36,6 +61,7 @@ void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt,
     if (dst != src) std::memmove(dst, src, count * es);
     return;
   }
+  if (count * es <= one_shot_bytes) return all_reduce_one_shot(t, src, dst, count, dt, op);
   size_t max_seg = 0;
   for (int r = 0; r < p; ++r) max_seg = std::max(max_seg, part(count, p, r).size());
   const size_t nslices = std::max<size_t>(1, (max_seg * es + slice_bytes - 1) / std::max<size_t>(slice_bytes, 1));

@@ -14,7 +14,10 @@ namespace r2cc {
 // Direct reduce-scatter + all-gather: rank r owns segment r, receives every
 // rank's copy of it, reduces in rank order, sends the result back to all.
 // Pipelined in slices of `slice_bytes`. `out` may equal `in`.
-void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op, size_t slice_bytes);
+// Vectors of at most one_shot_bytes go in one exchange (each rank reduces every input);
+// larger ones by reduce-scatter + all-gather in slices of slice_bytes.
+void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op, size_t slice_bytes,
+                size_t one_shot_bytes);
 // out = concat over ranks of each rank's `in` (count elements each).
 void all_gather(Transport& t, const void* in, void* out, size_t count, DType dt);
 // in holds world*count elements; rank r gets the reduction of every rank's block r.

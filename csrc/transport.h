@@ -178,8 +178,10 @@ class Transport {
   size_t window_for_locked(const Conn& c) const;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now);
   bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk);
-  std::string write_chunk(Conn& c, int fd, const FrameHeader& h, const Chunk& chunk,
+  // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes.
+  std::string write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                           const std::function<bool()>& stale);
+  void take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now);
   void finish_chunk_write_locked(const Chunk& chunk);
   void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
   void suspect_conn_locked(Conn& c, const std::string& reason);

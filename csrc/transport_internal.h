@@ -18,7 +18,8 @@ struct Transport::Conn {
   // Silent while other rails to the peer deliver: its chunks were re-sent elsewhere and it
   // takes no new ones, but the connection is kept; bytes arriving again clear it, a
   // longer silence fails it for real.
-  bool suspect = false;  std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
+  bool suspect = false;
+  std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
   size_t inflight_bytes = 0;
   std::deque<FrameHeader> ctrl;  // frames only this connection may carry (echo, drain)
   std::string ctrl_abort;        // abort reason to send, if any

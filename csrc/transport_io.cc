@@ -75,15 +75,29 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
                      uint32_t(len), uint32_t(m.chunk)};
 }
 
-std::string Transport::write_chunk(Conn& c, int fd, const FrameHeader& h, const Chunk& chunk,
+std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                                    const std::function<bool()>& stale) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
   // (suspect) rail is still writing it: stop reading the caller's buffer then.
   OutMsg& m = *chunk.msg;
+  const FrameHeader& h = frames.back();
   auto stop = [&] { return stale() || m.done.load(); };
-  std::string err = writev_full(fd, &h, sizeof(h), m.data + h.offset, h.len, kPollMs, stop);
+  std::string err = writev_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), m.data + h.offset, h.len,
+                                kPollMs, stop);
   if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
   return err;
+}
+
+void Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now) {
+  // A suspect rail carries no acks: they would sit in its dead buffers while the
+  // sender waits for them.
+  while (!c.suspect && !p.acks.empty() && frames.size() < kMaxAcksPerWrite) {
+    const AckItem a = p.acks.front();
+    p.acks.pop_front();
+    frames.push_back(ctrl_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
+    c.acks_carried.emplace_back(now, a);
+  }
+  while (!c.acks_carried.empty() && now - c.acks_carried.front().first > kAckMemoryNs) c.acks_carried.pop_front();
 }
 
 void Transport::finish_chunk_write_locked(const Chunk& chunk) {
@@ -100,12 +114,16 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   Conn& c = *best;
   const uint64_t epoch = c.epoch.load();
   const int fd = c.fd;
-  FrameHeader h = start_chunk_locked(c, chunk, now_ns());
+  const int64_t now = now_ns();
+  // Acks owed to this peer ride along: no writer wake-up, no extra segment.
+  std::vector<FrameHeader> frames;
+  take_acks_locked(c, p, frames, now);
+  frames.push_back(start_chunk_locked(c, chunk, now));
   c.writing = true;
   use_fd_locked(c, fd);
   lk.unlock();
   auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
-  std::string err = write_chunk(c, fd, h, chunk, stale);
+  std::string err = write_chunk(c, fd, frames, chunk, stale);
   lk.lock();
   c.writing = false;
   finish_chunk_write_locked(chunk);
@@ -113,7 +131,8 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   if (!err.empty())
     fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
                                    " failed: " + err);
-  p.cv.notify_all();
+  // Wake this peer's writers only when one may have work that waited for the socket.
+  if (!err.empty() || !p.queue.empty() || !c.ctrl.empty() || !c.ctrl_abort.empty()) p.cv.notify_all();
   return true;
 }
 
@@ -217,7 +236,8 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
     p.out.erase(it);
     done_cv_.notify_all();
   }
-  p.cv.notify_all();
+  // Freed window space matters only to writers with chunks waiting.
+  if (!p.queue.empty()) p.cv.notify_all();
 }
 
 void Transport::finish_in_locked(Peer& p, InMsg& m) {
@@ -285,15 +305,7 @@ void Transport::writer_loop(Conn& c) {
         frames.push_back(c.ctrl.front());
         c.ctrl.pop_front();
       }
-      // A suspect rail carries no acks: they would sit in its dead buffers while the
-      // sender waits for them.
-      while (!c.suspect && !p.acks.empty() && frames.size() < kMaxAcksPerWrite) {
-        const AckItem a = p.acks.front();
-        p.acks.pop_front();
-        frames.push_back(ctrl_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
-        c.acks_carried.emplace_back(now, a);
-      }
-      while (!c.acks_carried.empty() && now - c.acks_carried.front().first > kAckMemoryNs) c.acks_carried.pop_front();
+      take_acks_locked(c, p, frames, now);
       // Next chunk, if the window allows; chunks acked meanwhile are dropped from the queue.
       Chunk chunk;
       if (error_.empty() && c.inflight_bytes < window_for_locked(c) && conn_takes_chunks_locked(c, p)) {
@@ -310,8 +322,10 @@ void Transport::writer_loop(Conn& c) {
         p.cv.wait_for(lk, std::chrono::nanoseconds(std::max<int64_t>(hb_ns - (now - c.last_tx_ns), 100000)));
         continue;
       }
-      FrameHeader dh{};
-      if (chunk.msg) dh = start_chunk_locked(c, chunk, now);
+      // Control frames go first; the chunk's header closes them unless an abort
+      // reason (with its own payload) has to go in between.
+      std::vector<FrameHeader> tail;
+      if (chunk.msg) (abort_reason.empty() ? frames : tail).push_back(start_chunk_locked(c, chunk, now));
       c.last_tx_ns = now;
       c.writing = true;
       lk.unlock();
@@ -319,14 +333,18 @@ void Transport::writer_loop(Conn& c) {
       // With a chunk attached the caller's buffer is pinned (active_writers) from here
       // on: give up as soon as its message is done elsewhere, even before the chunk.
       auto stale_or_done = [&] { return stale() || (chunk.msg && chunk.msg->done.load()); };
-      if (!frames.empty())
-        err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done);
-      if (err.empty() && !abort_reason.empty()) {
-        FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
-        err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
+      if (chunk.msg && abort_reason.empty()) {
+        err = write_chunk(c, fd, frames, chunk, stale);
+      } else {
+        if (!frames.empty())
+          err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done);
+        if (err.empty() && !abort_reason.empty()) {
+          FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
+          err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
+        }
+        if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
+        if (err.empty() && chunk.msg) err = write_chunk(c, fd, tail, chunk, stale);
       }
-      if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
-      if (err.empty() && chunk.msg) err = write_chunk(c, fd, dh, chunk, stale);
       lk.lock();
       c.writing = false;
       if (chunk.msg) finish_chunk_write_locked(chunk);

@@ -57,6 +57,9 @@ _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
       "Sends up to this size are copied and complete at once (kept until acknowledged).")
 _knob("R2CC_PIPELINE_BYTES", 4 * 1024 * 1024, int,
       "all_reduce slice size: reduction of one slice overlaps the transfer of the next.")
+_knob("R2CC_ALLREDUCE_ONE_SHOT_BYTES", 32 * 1024, int,
+      "all_reduce of at most this many bytes: one exchange of whole inputs (half the message "
+      "delays of reduce-scatter + all-gather). Must be equal on every rank.")
 
 # --- vLLM integration ------------------------------------------------------------
 _knob("R2CC_DISTRIBUTED_BACKEND", "default", str,

@@ -81,6 +81,7 @@ class DurationHistogram:
 @dataclass
 class _Plan:
     slice_bytes: int
+    one_shot_bytes: int
 
 
 class Communicator:
@@ -109,7 +110,8 @@ class Communicator:
         self.rail_ips = resolve_rails(self.rail_names, netns)
         self._lock = threading.Lock()
         self._durations = DurationHistogram()
-        self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"))
+        self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"),
+                           one_shot_bytes=envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"))
         prefix = f"r2cc/{group}/"
         if rank == 0:
             store.set(prefix + "secret", os.urandom(32).hex())
@@ -165,7 +167,7 @@ class Communicator:
         src = _contiguous(tensor)
         out = src if inplace else torch.empty_like(src)
         self._run("all_reduce", src.data_ptr(), out.data_ptr(), src.numel(), _dtype(src), _op(op),
-                  self._plan.slice_bytes)
+                  self._plan.slice_bytes, self._plan.one_shot_bytes)
         if inplace and src is not tensor:
             tensor.copy_(src)
             return tensor
