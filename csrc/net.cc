@@ -8,6 +8,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <string.h>
 #include <linux/sockios.h>
@@ -227,6 +230,14 @@ int send_small_nonblocking(int fd, const void* buf, size_t n) {
   if (w == ssize_t(n)) return 1;
   if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
   return -1;
+}
+
+std::string raise_thread_priority() {
+  sched_param sp{};
+  sp.sched_priority = 1;
+  if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0) return "fifo";
+  if (setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), -10) == 0) return "nice";
+  return "none";
 }
 
 int bytes_readable(int fd) {

@@ -55,6 +55,10 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
 
 // Bytes waiting in the socket's receive queue (0 on error).
 int bytes_readable(int fd);
+
+// Lets the calling thread run ahead of ordinary threads: SCHED_FIFO if allowed, else a
+// lower nice value. Returns what it got ("fifo", "nice" or "none").
+std::string raise_thread_priority();
 // Free space in the socket's send buffer (0 on error).
 int send_space(int fd);
 // Writes a small buffer without blocking. Returns 1 if all of it went out, 0 if none

@@ -436,78 +436,114 @@ std::string Transport::error() const {
 
 void Transport::watchdog_loop() {
   const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
-  const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
-  const int64_t peer_silence_ns = int64_t(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)) * 1000000;
-  const int64_t grace_ns = int64_t(opt_.all_down_grace_ms) * 1000000;
+  // With every core busy (e.g. several ranks per host), an ordinary thread can wait
+  // hundreds of ms for a CPU; heartbeats must not, or peers see a dead rail.
+  if (opt_.watchdog_realtime) raise_thread_priority();
+  int64_t stall_end_ns = 0;
   while (!stopping_) {
     struct timespec ts{0, 2 * 1000000};
+    const int64_t before = now_ns();
     nanosleep(&ts, nullptr);
     std::lock_guard<std::mutex> g(mu_);
     const int64_t now = now_ns();
+    // This process itself was held up (no CPU, or the lock): our readers were as
+    // late as we are, so silence measured across the stall is not the peers' fault.
+    if (now - before > timeout_ns / 2) stall_end_ns = now;
     for (auto& p : peers_) {
       if (p->rank == rank_ || p->closed) continue;
-      int64_t freshest = 0;
-      for (auto& c : p->conns)
-        if (is_connected(c->state)) freshest = std::max(freshest, c->last_rx_ns.load());
-      // One rail silent while another still delivers: that rail is broken. Every
-      // rail silent at once looks like a stalled peer (CPU starvation) as much as a
-      // dead host, so that needs the longer peer_silence before rails are failed.
-      const bool peer_alive = now - freshest < timeout_ns;
+      check_peer_rails_locked(*p, now, stall_end_ns);
       for (auto& c : p->conns) {
-        if (!is_connected(c->state)) continue;
-        const int64_t silent = now - c->last_rx_ns.load();
-        // Bytes already queued in the kernel mean the peer is alive and our reader
-        // is just slow to run (two cores): not a rail failure.
-        const bool quiet = bytes_readable(c->fd) == 0;
-        auto why = [&] {
-          return "no bytes from rank " + std::to_string(p->rank) + " on rail" + std::to_string(c->rail) + " for " +
-                 std::to_string(silent / 1000000) + " ms (link down or blackholed)";
-        };
-        if (c->suspect && (!quiet || silent < timeout_ns)) {
-          c->suspect = false;  // it speaks again: back in service without a reconnect
-          p->cv.notify_all();
-        } else if (quiet && silent > peer_silence_ns) {
-          fail_conn_locked(*c, c->epoch.load(), why());
-        } else if (quiet && peer_alive && silent > timeout_ns) {
-          // Fast and cheap: move its chunks now, keep the connection until it is
-          // clearly dead (a starved thread on a busy host looks the same for a while).
-          suspect_conn_locked(*c, why());
-        }
-        // Heartbeats come from this one thread for every rail: if this process is
-        // starved of CPU, all its rails fall silent together (which peers treat
-        // leniently) instead of one rail whose writer thread happened to starve.
-        // (Room in the send buffer makes a partial write of the 40 bytes impossible; a
-        // non-empty buffer is normal: delayed TCP acks keep sent bytes there for ~40 ms.)
-        if (is_connected(c->state) && !c->writing && now - c->last_tx_ns >= hb_ns && send_space(c->fd) >= 4096) {
-          FrameHeader hb{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0};
-          const int sent = send_small_nonblocking(c->fd, &hb, sizeof(hb));
-          if (sent == 1) c->last_tx_ns = now;
-          if (sent < 0) fail_conn_locked(*c, c->epoch.load(), "heartbeat to rank " + std::to_string(p->rank) +
-                                                                 " on rail" + std::to_string(c->rail) + " failed");
-        }
-        // Bandwidth estimate: acked bytes per busy second over the last ~100 ms.
-        int64_t busy = c->busy_ns + (c->busy_since_ns ? now - c->busy_since_ns : 0);
-        if (busy - c->bw_ref_busy > 20 * 1000000) {
-          double sample = double(c->acked_bytes - c->bw_ref_acked) / (double(busy - c->bw_ref_busy) * 1e-9);
-          c->st.bandwidth_Bps = c->st.bandwidth_Bps == 0 ? sample : 0.7 * c->st.bandwidth_Bps + 0.3 * sample;
-          c->bw_ref_acked = c->acked_bytes;
-          c->bw_ref_busy = busy;
-        }
-      }
-      if (error_.empty() && p->no_link_since_ns && now - p->no_link_since_ns > grace_ns) {
-        // The first line is the same on every rank (peers adopt it through the
-        // abort frame or reach it on their own); the detail line says who saw what.
-        std::string detail;
-        for (auto& c : p->conns) detail += " rail" + std::to_string(c->rail) + ": " + c->st.last_error + ";";
-        set_error_locked("r2cc: every rail between two ranks stayed down for more than " +
-                         std::to_string(opt_.all_down_grace_ms) +
-                         " ms: the group is aborted on all ranks. Check the NICs and links of the hosts named below "
-                         "(`r2cc lab status` in the lab), then restart the group.\nDetails: rank " +
-                         std::to_string(rank_) + " lost all " + std::to_string(num_rails()) + " rails to rank " +
-                         std::to_string(p->rank) + " (" + detail + " )");
+        send_heartbeat_locked(*c, now);
+        update_bandwidth_locked(*c, now);
       }
     }
   }
+}
+
+void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns) {
+  const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
+  const int64_t peer_silence_ns = int64_t(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)) * 1000000;
+  const int64_t grace_ns = int64_t(opt_.all_down_grace_ms) * 1000000;
+  auto silence = [&](const Conn& c) { return now - std::max(c.last_rx_ns.load(), stall_end_ns); };
+  // Bytes already queued in the kernel mean the peer is alive and our reader is just
+  // slow to run: not a rail failure.
+  auto quiet = [&](const Conn& c) { return bytes_readable(c.fd) == 0; };
+  bool any_connected = false, all_quiet = true;
+  int64_t least_silence = INT64_MAX;
+  for (auto& c : p.conns) {
+    if (!is_connected(c->state)) continue;
+    any_connected = true;
+    least_silence = std::min(least_silence, silence(*c));
+    if (!quiet(*c)) all_quiet = false;
+  }
+  // One rail silent while another delivers: that rail is broken. Every rail silent at
+  // once is a stalled peer (CPU starvation) as much as a dead host: the connections
+  // are kept (TCP may still deliver) and only a silence past peer_silence + grace
+  // aborts the group, within the same bound as when every rail failed outright.
+  const bool peer_alive = any_connected && least_silence < timeout_ns;
+  auto why = [&](const Conn& c) {
+    return "no bytes from rank " + std::to_string(p.rank) + " on rail" + std::to_string(c.rail) + " for " +
+           std::to_string(silence(c) / 1000000) + " ms (link down or blackholed)";
+  };
+  for (auto& c : p.conns) {
+    if (!is_connected(c->state)) continue;
+    const int64_t silent = silence(*c);
+    const bool q = quiet(*c);
+    if (c->suspect && (!q || silent < timeout_ns)) {
+      c->suspect = false;  // it speaks again: back in service without a reconnect
+      p.cv.notify_all();
+    } else if (q && peer_alive && silent > peer_silence_ns) {
+      fail_conn_locked(*c, c->epoch.load(), why(*c));
+    } else if (q && peer_alive && silent > timeout_ns) {
+      // Fast and cheap: move its chunks now, keep the connection until it is
+      // clearly dead (a starved thread on a busy host looks the same for a while).
+      suspect_conn_locked(*c, why(*c));
+    }
+  }
+  if (!error_.empty()) return;
+  std::string detail;
+  if (any_connected && all_quiet && least_silence > peer_silence_ns + grace_ns) {
+    for (auto& c : p.conns) detail += " rail" + std::to_string(c->rail) + ": " +
+                                      (is_connected(c->state) ? why(*c) : c->st.last_error) + ";";
+  } else if (!any_connected && p.no_link_since_ns && now - p.no_link_since_ns > grace_ns) {
+    for (auto& c : p.conns) detail += " rail" + std::to_string(c->rail) + ": " + c->st.last_error + ";";
+  } else {
+    return;
+  }
+  // The first line is the same on every rank (peers adopt it through the abort
+  // frame or reach it on their own); the detail line says who saw what.
+  set_error_locked("r2cc: every rail between two ranks stayed down for more than " +
+                   std::to_string(opt_.all_down_grace_ms) +
+                   " ms: the group is aborted on all ranks. Check the NICs and links of the hosts named below "
+                   "(`r2cc lab status` in the lab), then restart the group.\nDetails: rank " +
+                   std::to_string(rank_) + " lost all " + std::to_string(num_rails()) + " rails to rank " +
+                   std::to_string(p.rank) + " (" + detail + " )");
+}
+
+void Transport::send_heartbeat_locked(Conn& c, int64_t now) {
+  // Heartbeats come from this one thread for every rail: if this process is starved
+  // of CPU, all its rails fall silent together (which peers treat leniently) instead
+  // of one rail whose writer thread happened to starve. (Room in the send buffer makes
+  // a partial write of the 40 bytes impossible; a non-empty buffer is normal: delayed
+  // TCP acks keep sent bytes there for ~40 ms.)
+  const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
+  if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns || send_space(c.fd) < 4096) return;
+  FrameHeader hb{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0};
+  const int sent = send_small_nonblocking(c.fd, &hb, sizeof(hb));
+  if (sent == 1) c.last_tx_ns = now;
+  if (sent < 0)
+    fail_conn_locked(c, c.epoch.load(),
+                     "heartbeat to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed");
+}
+
+void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
+  // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed.
+  int64_t busy = c.busy_ns + (c.busy_since_ns ? now - c.busy_since_ns : 0);
+  if (busy - c.bw_ref_busy <= 20 * 1000000) return;
+  double sample = double(c.acked_bytes - c.bw_ref_acked) / (double(busy - c.bw_ref_busy) * 1e-9);
+  c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : 0.7 * c.st.bandwidth_Bps + 0.3 * sample;
+  c.bw_ref_acked = c.acked_bytes;
+  c.bw_ref_busy = busy;
 }
 
 void Transport::use_fd_locked(Conn& c, int fd) { c.fd_users[fd]++; }

@@ -43,6 +43,7 @@ struct TransportOptions {
   double connect_timeout_s = 30;
   double op_timeout_s = 300;
   size_t small_msg_bytes = 64 * 1024;
+  bool watchdog_realtime = true;  // heartbeats and failure detection keep running on a saturated CPU
   int fallback_rails = 0;  // the last N rails carry data only when no primary rail to a peer is connected
 };
 
@@ -158,6 +159,9 @@ class Transport {
   void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);
   bool peer_has_link_locked(const Peer& p) const;
   void watchdog_loop();
+  void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
+  void send_heartbeat_locked(Conn& c, int64_t now);
+  void update_bandwidth_locked(Conn& c, int64_t now);
   void peer_closed_locked(Peer& p);
   void flush_before_close();
   void set_error_locked(const std::string& reason);

@@ -27,6 +27,7 @@ class TransportOptions:
     connect_timeout_s: float
     op_timeout_s: float
     small_msg_bytes: int
+    watchdog_realtime: bool
     fallback_rails: int
     def __init__(self) -> None: ...
 

@@ -53,6 +53,9 @@ _knob("R2CC_CONNECT_TIMEOUT_S", 30.0, float,
       "Group set-up: how long to wait for every rail connection.")
 _knob("R2CC_OP_TIMEOUT_S", 300.0, float,
       "Upper bound for one collective; a wait longer than this aborts the group.")
+_knob("R2CC_WATCHDOG_REALTIME", True, _bool,
+      "Run the heartbeat/failure-detection thread with SCHED_FIFO priority (or a lower nice "
+      "value without the privilege), so a saturated CPU is not mistaken for a dead rail.")
 _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
       "Sends up to this size are copied and complete at once (kept until acknowledged).")
 _knob("R2CC_PIPELINE_BYTES", 4 * 1024 * 1024, int,
