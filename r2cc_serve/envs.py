@@ -93,7 +93,8 @@ _knob("R2CC_MONITOR_INTERVAL_MS", 100, int, "How often rail state is sampled for
 _knob("R2CC_LAB_PREFIX", "r2cc", str,
       "Prefix of lab namespaces and interfaces (hosts are <prefix>-h0, <prefix>-h1, ...).")
 _knob("R2CC_LAB_STATE", "/run/r2cc-lab/state.json", str,
-      "Where the lab records what it built, for status/fault/down.")
+      "Where the lab records what it built, for status/fault/down (unset: "
+      "/run/r2cc-lab/<prefix>-state.json for a prefix other than r2cc).")
 
 # --- logging ------------------------------------------------------------------
 _knob("R2CC_LOG_LEVEL", "WARNING", str, "Python log level of r2cc_serve loggers.")

@@ -4,14 +4,17 @@ Keeping every name in one place lets `down` find a lab by prefix even when the s
 gone, and lets two labs with different prefixes live side by side.
 
 Subnets: the default prefix "r2cc" uses 10.200.0.0/24 (management) and 10.201.K.0/24 (rail K).
-Any other prefix (e.g. the tests' "r2cct") uses 10.210.0.0/24 and 10.211.K.0/24, so a test lab
-does not collide with a benchmark lab: the management bridge lives in the root namespace, where
-two labs with the same subnet would fight over routes.
+Any other prefix gets its own pair 10.B.0.0/24 and 10.B+1.K.0/24 with B in 202..248 derived from
+the prefix (e.g. the tests' "r2cct" uses 10.202/10.203), so labs of different prefixes (tests, a
+benchmark, a demo) can run side by side: the management bridge lives in the root namespace, where
+two labs with the same subnet would fight over routes. The rare prefix pair that maps to the same
+B is refused at `lab up` with a message naming the other lab.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 
 from r2cc_serve.lab.netns import LabError
@@ -112,7 +115,10 @@ class Layout:
     # --- addresses ---
     @property
     def _octets(self) -> tuple[int, int]:
-        return (200, 201) if self.prefix == DEFAULT_PREFIX else (210, 211)
+        if self.prefix == DEFAULT_PREFIX:
+            return (200, 201)
+        base = 202 + 2 * (zlib.crc32(self.prefix.encode()) % 24)
+        return (base, base + 1)
 
     def mgmt_ip(self, i: int) -> str:
         return f"10.{self._octets[0]}.0.{i + 1}"

@@ -17,7 +17,15 @@ from r2cc_serve.lab.netns import LabError
 
 
 def state_path() -> str:
-    return envs.get("R2CC_LAB_STATE")
+    """R2CC_LAB_STATE if set; else one file per prefix, so labs of different prefixes never
+    read each other's state (the default prefix keeps the historical name)."""
+    if "R2CC_LAB_STATE" in os.environ:
+        return envs.get("R2CC_LAB_STATE")
+    prefix = envs.get("R2CC_LAB_PREFIX")
+    default = envs.get("R2CC_LAB_STATE")
+    if prefix == "r2cc":
+        return default
+    return os.path.join(os.path.dirname(default), f"{prefix}-state.json")
 
 
 def read(path: str | None = None) -> dict | None:

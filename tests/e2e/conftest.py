@@ -11,8 +11,8 @@ reference's, could not be compared token for token. In float32 it is far rarer b
 serve-bench saw 4 of ~30 64-token requests differ between fault-free rounds of the default
 backend; with 16 tokens x 8 prompts no mismatch was seen in any run so far.
 
-Lab: prefix R2CC_E2E_LAB_PREFIX (default r2cce; subnets 10.210/10.211, shared with every
-non-default prefix, so the lab waits up to 10 min for another test lab to go away).
+Lab: prefix R2CC_E2E_LAB_PREFIX (default r2cce; subnets 10.206/10.207, derived from the prefix,
+so it runs beside the other test labs; the lab still waits up to 10 min if another lab holds them).
 """
 
 from __future__ import annotations

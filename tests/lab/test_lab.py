@@ -1,6 +1,6 @@
 """The fault lab against the real kernel: namespaces, veth rails, tbf, nftables.
 
-Runs under its own prefix (r2cct, subnets 10.210/10.211) and state file, so a benchmark lab
+Runs under its own prefix (r2cct, subnets 10.202/10.203) and state file, so a benchmark lab
 (prefix r2cc) on the same machine is never touched.
 """
 
@@ -77,7 +77,7 @@ def lab_cli(*args):
 def test_two_hosts_every_rail_and_mgmt_reachable(lab2):
     assert (lab2.hosts, lab2.rails, lab2.rate, lab2.mtu) == (2, 4, "1gbit", 1500)
     assert lab2.host_ns(1) == "r2cct-h1" and lab2.rail_ifname(3) == "rail3"
-    assert lab2.rail_ip(1, 3) == "10.211.3.2" and lab2.mgmt_ip(0) == "10.210.0.1"
+    assert lab2.rail_ip(1, 3) == "10.203.3.2" and lab2.mgmt_ip(0) == "10.202.0.1"
     for k in range(4):
         assert reachable(lab2, 0, 1, k) and reachable(lab2, 1, 0, k), f"rail {k}"
     assert lab2.ping(0, lab2.mgmt_root_ip) and lab2.ping(0, lab2.mgmt_ip(1))
@@ -226,7 +226,7 @@ def test_down_finds_the_lab_by_prefix_without_state_file(make_lab):
 def test_test_prefix_never_touches_the_default_lab(lab2):
     names = [lab2.host_ns(0), lab2.mgmt_bridge] + _lab_names()
     assert all(n.startswith("r2cct-") for n in names)
-    assert lab2.mgmt_root_ip == "10.210.0.254"
+    assert lab2.mgmt_root_ip == "10.202.0.254"
 
 
 # --- CLI ----------------------------------------------------------------------------------
