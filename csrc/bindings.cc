@@ -39,6 +39,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("op_timeout_s", &TransportOptions::op_timeout_s)
       .def_readwrite("small_msg_bytes", &TransportOptions::small_msg_bytes)
       .def_readwrite("watchdog_realtime", &TransportOptions::watchdog_realtime)
+      .def_readwrite("hedge_bytes", &TransportOptions::hedge_bytes)
       .def_readwrite("fallback_rails", &TransportOptions::fallback_rails);
 
   py::class_<ConnStats>(m, "ConnStats")

@@ -34,6 +34,7 @@ struct OutMsg {
   size_t len = 0, chunk = 0, nchunks = 0;
   std::vector<uint8_t> acked;
   std::vector<int8_t> on_rail;  // rail currently carrying each chunk, -1 if queued/acked
+  int8_t hedge_rail = -1;       // second rail carrying a hedged one-chunk message, -1 if none
   size_t nacked = 0;
   // Set (under the transport lock) when every chunk is acknowledged. Writers read it
   // without the lock to abandon a duplicate mid-chunk.

@@ -324,6 +324,17 @@ void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int6
   for (auto it = c.inflight.rbegin(); it != c.inflight.rend(); ++it) {
     auto m = p.out.find(it->first);
     if (m == p.out.end() || m->second->acked[it->second]) continue;
+    OutMsg& msg = *m->second;
+    // A hedged message whose other copy travels on another rail needs no re-send.
+    if (msg.hedge_rail == c.rail) {
+      msg.hedge_rail = -1;
+      continue;
+    }
+    if (msg.hedge_rail >= 0 && msg.on_rail[it->second] == c.rail) {
+      msg.on_rail[it->second] = msg.hedge_rail;
+      msg.hedge_rail = -1;
+      continue;
+    }
     m->second->on_rail[it->second] = -1;
     p.queue.push_front(Chunk{m->second, it->second});
     const size_t bytes = m->second->chunk_len(it->second);

@@ -43,6 +43,7 @@ struct TransportOptions {
   double connect_timeout_s = 30;
   double op_timeout_s = 300;
   size_t small_msg_bytes = 64 * 1024;
+  size_t hedge_bytes = 16 * 1024;  // one-chunk sends up to this size go out on two rails at once
   bool watchdog_realtime = true;  // heartbeats and failure detection keep running on a saturated CPU
   int fallback_rails = 0;  // the last N rails carry data only when no primary rail to a peer is connected
 };
@@ -180,8 +181,9 @@ class Transport {
   void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
   size_t window_for_locked(const Conn& c) const;
-  FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now);
-  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk);
+  FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
+  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge = false);
+  void forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now);
   // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes.
   std::string write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                           const std::function<bool()>& stale);

@@ -54,17 +54,24 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   op.out = m;
   // A one-chunk message goes out from this thread when a rail is idle: saves a
   // thread wake-up, which is most of a small message's latency.
-  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk)) return op;
+  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk)) {
+    // A small message also goes out on a second rail: if the first one dies, the
+    // copy is already on its way and nobody waits for the failure to be detected.
+    // (Only copied messages: their bytes stay valid however long the copy takes.)
+    if (len <= opt_.hedge_bytes && !m->owned.empty() && m->on_rail[0] >= 0 && !m->done)
+      try_send_inline(p, Chunk{m, 0}, lk, true);
+    return op;
+  }
   for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
   p.cv.notify_all();
   return op;
 }
 
-FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now) {
+FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge) {
   OutMsg& m = *chunk.msg;
   const size_t len = m.chunk_len(chunk.idx);
   m.active_writers++;  // released by finish_chunk_write; the caller's buffer is in use until then
-  m.on_rail[chunk.idx] = int8_t(c.rail);
+  (hedge ? m.hedge_rail : m.on_rail[chunk.idx]) = int8_t(c.rail);
   c.inflight.emplace_back(m.seq, chunk.idx);
   if (c.inflight_bytes == 0) c.busy_since_ns = now;
   c.inflight_bytes += len;
@@ -78,10 +85,12 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
 std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                                    const std::function<bool()>& stale) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
-  // (suspect) rail is still writing it: stop reading the caller's buffer then.
+  // (suspect) rail is still writing it: stop reading the caller's buffer then. A
+  // copied message owns its bytes: it is always written out whole.
   OutMsg& m = *chunk.msg;
   const FrameHeader& h = frames.back();
-  auto stop = [&] { return stale() || m.done.load(); };
+  const bool owned = !m.owned.empty();
+  auto stop = [&] { return stale() || (!owned && m.done.load()); };
   std::string err = writev_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), m.data + h.offset, h.len,
                                 kPollMs, stop);
   if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
@@ -104,11 +113,13 @@ void Transport::finish_chunk_write_locked(const Chunk& chunk) {
   if (--chunk.msg->active_writers == 0 && chunk.msg->done) done_cv_.notify_all();
 }
 
-bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk) {
+bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge) {
+  const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
   Conn* best = nullptr;
   for (auto& c : p.conns)
-    if (!c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() && c->ctrl_abort.empty() &&
-        conn_takes_chunks_locked(*c, p) && (!best || c->inflight_bytes < best->inflight_bytes))
+    if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
+        c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
+        (!best || c->inflight_bytes < best->inflight_bytes))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;
@@ -118,7 +129,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   // Acks owed to this peer ride along: no writer wake-up, no extra segment.
   std::vector<FrameHeader> frames;
   take_acks_locked(c, p, frames, now);
-  frames.push_back(start_chunk_locked(c, chunk, now));
+  frames.push_back(start_chunk_locked(c, chunk, now, hedge));
   c.writing = true;
   use_fd_locked(c, fd);
   lk.unlock();
@@ -215,21 +226,12 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
     if (m.acked[i]) continue;
     m.acked[i] = 1;
     m.nacked++;
-    const int rail = m.on_rail[i];
-    if (rail < 0) continue;
+    if (m.on_rail[i] >= 0) forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
     m.on_rail[i] = -1;
-    Conn& c = *p.conns[rail];
-    auto f = std::find(c.inflight.begin(), c.inflight.end(), std::make_pair(seq, uint32_t(i)));
-    if (f == c.inflight.end()) continue;
-    c.inflight.erase(f);
-    const size_t bytes = m.chunk_len(i);
-    c.inflight_bytes -= bytes;
-    c.acked_bytes += bytes;
-    if (c.inflight.empty()) {
-      c.busy_ns += now - c.busy_since_ns;
-      c.busy_since_ns = 0;
-      if (c.state == RailState::kDraining) c.state = RailState::kDrained;
-    }
+  }
+  if (m.hedge_rail >= 0 && m.nacked == m.nchunks) {
+    forget_inflight_locked(p, m.hedge_rail, seq, 0, m.chunk_len(0), now);
+    m.hedge_rail = -1;
   }
   if (m.nacked == m.nchunks) {
     m.done = true;
@@ -238,6 +240,20 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
   }
   // Freed window space matters only to writers with chunks waiting.
   if (!p.queue.empty()) p.cv.notify_all();
+}
+
+void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {
+  Conn& c = *p.conns[rail];
+  auto f = std::find(c.inflight.begin(), c.inflight.end(), std::make_pair(seq, idx));
+  if (f == c.inflight.end()) return;
+  c.inflight.erase(f);
+  c.inflight_bytes -= bytes;
+  c.acked_bytes += bytes;
+  if (c.inflight.empty()) {
+    c.busy_ns += now - c.busy_since_ns;
+    c.busy_since_ns = 0;
+    if (c.state == RailState::kDraining) c.state = RailState::kDrained;
+  }
 }
 
 void Transport::finish_in_locked(Peer& p, InMsg& m) {

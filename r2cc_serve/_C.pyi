@@ -28,6 +28,7 @@ class TransportOptions:
     op_timeout_s: float
     small_msg_bytes: int
     watchdog_realtime: bool
+    hedge_bytes: int
     fallback_rails: int
     def __init__(self) -> None: ...
 

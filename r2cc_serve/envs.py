@@ -56,6 +56,9 @@ _knob("R2CC_OP_TIMEOUT_S", 300.0, float,
 _knob("R2CC_WATCHDOG_REALTIME", True, _bool,
       "Run the heartbeat/failure-detection thread with SCHED_FIFO priority (or a lower nice "
       "value without the privilege), so a saturated CPU is not mistaken for a dead rail.")
+_knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
+      "Single-chunk sends up to this size go out on two rails at once: when one rail dies, "
+      "the other copy is already there (no detection delay for decode-sized all_reduces). 0: off.")
 _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
       "Sends up to this size are copied and complete at once (kept until acknowledged).")
 _knob("R2CC_PIPELINE_BYTES", 4 * 1024 * 1024, int,

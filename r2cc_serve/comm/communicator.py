@@ -52,6 +52,7 @@ def transport_options(**overrides) -> "_C.TransportOptions":
     opt.op_timeout_s = envs.get("R2CC_OP_TIMEOUT_S")
     opt.small_msg_bytes = envs.get("R2CC_SMALL_MSG_BYTES")
     opt.watchdog_realtime = envs.get("R2CC_WATCHDOG_REALTIME")
+    opt.hedge_bytes = envs.get("R2CC_HEDGE_BYTES")
     for key, value in overrides.items():
         if not hasattr(opt, key):
             raise UserError(f"unknown transport option {key!r}")

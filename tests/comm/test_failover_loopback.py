@@ -38,3 +38,20 @@ def test_all_rails_down_raises_same_error_everywhere_within_2s():
     assert len(msgs) == 1, msgs  # the very same text on every rank
     assert "every rail between two ranks stayed down" in msgs.pop()
     assert all("Details: rank" in r["msg"] for r in res)
+
+
+def test_small_messages_are_hedged_so_a_failover_resends_nothing():
+    res = run_ranks(workers.small_messages_through_failover, 2, {}, timeout=120)
+    for r in res:
+        assert r["exact"], r
+        assert r["bytes_sent"][1] > 0.3 * r["bytes_sent"][0], r  # both rails carried copies
+    assert sum(r["failovers"] for r in res) >= 1, res
+    assert sum(r["resent"] for r in res) == 0, res  # the other copy was already there
+
+
+def test_without_hedging_the_same_failover_resends_chunks():
+    # The control for the test above: un-acked small messages on the failed rail are re-sent.
+    res = run_ranks(workers.small_messages_through_failover, 2, {"hedge_bytes": 0}, timeout=120)
+    assert all(r["exact"] for r in res), res
+    assert sum(r["failovers"] for r in res) >= 1, res
+    assert sum(r["resent"] for r in res) > 0, res

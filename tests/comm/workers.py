@@ -239,3 +239,28 @@ def size_mismatch(rank, world, store, opts):
             return str(exc)
     finally:
         comm.close()
+
+
+def small_messages_through_failover(rank, world, store, opts):
+    """Many decode-sized all_reduces while rank 0 fails rail 1 over midway.
+
+    Returns what a hedging test needs: were results exact, how many failovers, how many
+    chunks had to be re-sent, how many bytes each rail carried."""
+    comm = open_comm(rank, world, store, rails=LOOPBACK_RAILS[:2], **opts)
+    try:
+        inputs = [make_input(r, 1024, torch.float32) for r in range(world)]
+        want = reference_reduce(inputs, "sum")
+        exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(50))  # warm up
+        for i in range(3000):
+            if rank == 0 and i == 1500:
+                comm.failover_rail(1)
+            exact = bits_equal(comm.all_reduce(inputs[rank].clone()), want) and exact
+        stats = comm.rail_stats()
+        return {
+            "exact": exact,
+            "failovers": sum(s["failovers"] for s in stats),
+            "resent": sum(s["chunks_resent"] for s in stats),
+            "bytes_sent": [s["bytes_sent"] for s in sorted(stats, key=lambda s: s["rail"])],
+        }
+    finally:
+        comm.close()
