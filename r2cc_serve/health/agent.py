@@ -5,8 +5,12 @@ asks it to drain, undrain, fail over or restore a rail of this rank. Every reque
 needs the agent's bearer token, which only reaches trusted readers (the 0600 status
 file on the host, or vLLM's own worker RPC).
 
-    GET  /state                          -> the monitor's snapshot
+    GET  /state                          -> the monitor's last sample (at most one interval old)
+    GET  /state?fresh=1                  -> a sample taken now (the admin view asks after an action)
     POST /rails/<rail>/<action>          -> action in drain, undrain, failover, restore
+
+HTTP/1.1 with keep-alive: the admin view polls every rank a few times a second, and a new
+TCP connection per poll costs both sides more than the answer itself.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 log = logging.getLogger("r2cc_serve.health")
 
 ACTIONS = ("drain", "undrain", "failover", "restore")
+IDLE_TIMEOUT_S = 120.0
 _RAIL_ACTION = re.compile(r"^/rails/(\d+)/(%s)$" % "|".join(ACTIONS))
 
 
@@ -29,11 +34,26 @@ class ControlAgent:
     def __init__(self, comm, monitor, host: str):
         self.comm, self.monitor = comm, monitor
         self.token = secrets.token_hex(16)
+        self.stopped = False
         agent = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive; every reply carries Content-Length
+            timeout = IDLE_TIMEOUT_S       # an idle kept-alive connection frees its thread
+
             def log_message(self, *args):  # keep worker logs clean
                 pass
+
+            def _drain_body(self) -> None:
+                """Read a request body nobody needs, so the next request on the connection parses."""
+                try:
+                    n = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    n = -1
+                if 0 < n <= 1 << 16:
+                    self.rfile.read(n)
+                elif n:  # absurd or unreadable: answer, then drop the connection
+                    self.close_connection = True
 
             def _reply(self, code: int, body: dict) -> None:
                 data = json.dumps(body).encode()
@@ -50,16 +70,26 @@ class ControlAgent:
                 self._reply(401, {"detail": "missing or wrong bearer token for this r2cc control agent"})
                 return False
 
+            def _refused(self) -> bool:
+                """After stop(), a kept-alive connection must not reach a closed communicator."""
+                if not agent.stopped:
+                    return False
+                self.close_connection = True
+                self._reply(503, {"detail": "this rank's r2cc group is closing"})
+                return True
+
             def do_GET(self):
-                if not self._authorized():
+                self._drain_body()
+                if self._refused() or not self._authorized():
                     return
-                if self.path == "/state":
-                    self._reply(200, agent.state())
+                if self.path in ("/state", "/state?fresh=1"):
+                    self._reply(200, agent.state(fresh=self.path.endswith("fresh=1")))
                 else:
                     self._reply(404, {"detail": f"no route {self.path}"})
 
             def do_POST(self):
-                if not self._authorized():
+                self._drain_body()
+                if self._refused() or not self._authorized():
                     return
                 m = _RAIL_ACTION.match(self.path)
                 if not m:
@@ -77,19 +107,23 @@ class ControlAgent:
         self._thread.start()
         return self
 
-    def state(self) -> dict:
-        snap = dict(self.monitor.snapshot())
+    def state(self, fresh: bool = False) -> dict:
+        snap = dict(self.monitor.refresh_now() if fresh else self.monitor.snapshot())
         snap.pop("agent_token", None)
         return snap
 
     def act(self, rail: int, action: str) -> tuple[int, dict]:
         if not 0 <= rail < self.comm.num_rails:
             return 404, {"detail": f"no rail {rail}: this rank has rails 0..{self.comm.num_rails - 1}"}
-        getattr(self.comm, f"{action}_rail")(rail)
+        try:
+            getattr(self.comm, f"{action}_rail")(rail)
+        except Exception as exc:  # e.g. the group was aborted: say so instead of dropping the connection
+            return 500, {"detail": f"{action} of rail{rail} failed on rank {self.monitor.rank}: {exc}"}
         self.monitor.refresh_now()
         log.warning("r2cc: operator %s of rail%d on %s rank %d", action, rail, self.monitor.group, self.monitor.rank)
         return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True}
 
     def stop(self) -> None:
+        self.stopped = True
         self.server.shutdown()
         self.server.server_close()
