@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from r2cc_serve import __version__, envs
 from r2cc_serve.admin.auth import configured_token, token_checker
@@ -47,7 +47,8 @@ def build_router(state: AdminState) -> APIRouter:
     @router.get("/rails", response_model=RailList, summary="Every host's rails")
     async def list_rails():
         view = await state.ready_view()
-        return {"rails": view.rails(), "updated": view.updated}
+        # Encoded once per refresh by the view's poller thread: no per-request work on the loop.
+        return Response(view.snap.rails_json, media_type="application/json")
 
     @router.get("/rails/{host}/{rail}", response_model=Rail, responses=_ERRORS, summary="One rail")
     async def get_rail(host: str = HostParam, rail: int = RailParam):
@@ -74,9 +75,9 @@ def build_router(state: AdminState) -> APIRouter:
 
     @router.get("/health", response_model=Health, responses={503: {"model": Health}}, summary="Group health")
     async def health():
-        view = await state.ready_view()
-        body = view.health()
-        return JSONResponse(status_code=503 if body["status"] == "down" else 200, content=body)
+        snap = (await state.ready_view()).snap
+        return Response(snap.health_json, status_code=503 if snap.health["status"] == "down" else 200,
+                        media_type="application/json")
 
     @router.get("/events", response_model=EventList, summary="Recent rail events, oldest first")
     async def events(limit: int = Query(100, ge=1, le=1000)):

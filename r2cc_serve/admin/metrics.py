@@ -1,7 +1,8 @@
 """Every r2cc Prometheus metric, in one place.
 
-Built on scrape from the admin view (which polls every rank's agent), so worker
-metrics reach the API server's /metrics on every node without a multiprocess dir.
+Built on scrape from the admin view's latest snapshot (its poller thread reads every
+rank's agent), so worker metrics reach the API server's /metrics on every node without a
+multiprocess dir, and a scrape never waits on a worker.
 Names: r2cc_ prefix, base units, _total on counters, labels host and rail only.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from r2cc_serve.admin.view import STATE_ORDER
+from r2cc_serve.admin.snapshot import STATE_ORDER
 
 
 class R2CCCollector:
@@ -20,6 +21,7 @@ class R2CCCollector:
         return []  # collected on demand; nothing to pre-register
 
     def collect(self):
+        snap = self.view.snap  # one consistent picture for the whole scrape
         labels = ["host", "rail"]
         up = GaugeMetricFamily("r2cc_rail_up", "1 if the rail carries traffic (up or degraded)", labels=labels)
         state = GaugeMetricFamily("r2cc_rail_state", "1 for the rail's current state", labels=labels + ["state"])
@@ -33,7 +35,7 @@ class R2CCCollector:
         fails = CounterMetricFamily("r2cc_rail_failovers", "times the rail was declared failed", labels=labels)
         detect = GaugeMetricFamily("r2cc_rail_detection_seconds", "silence before the rail's last failure was "
                                    "declared (detection latency)", labels=labels)
-        for r in self.view.rails():
+        for r in snap.rails:
             lv = [r["host"], str(r["rail"])]
             up.add_metric(lv, 1.0 if r["state"] in ("up", "degraded") else 0.0)
             for s in STATE_ORDER:
@@ -46,16 +48,17 @@ class R2CCCollector:
             fails.add_metric(lv, r["failovers"])
             detect.add_metric(lv, r["detection_s"])
         yield from (up, state, bw, rtt, sent, recv, resent, fails, detect)
-        yield self._durations()
+        yield self._durations(snap)
         health = GaugeMetricFamily("r2cc_health_status", "1 for the group's current health", labels=["status"])
-        current = self.view.health()["status"]
+        current = snap.health["status"]
         for s in ("ok", "degraded", "down"):
             health.add_metric([s], 1.0 if s == current else 0.0)
         yield health
 
-    def _durations(self):
+    @staticmethod
+    def _durations(snap):
         h = HistogramMetricFamily("r2cc_collective_duration_seconds", "time of one collective call", labels=["host"])
-        for st in self.view.states.values():
+        for st in snap.states.values():
             d = st.get("durations")
             if not d:
                 continue

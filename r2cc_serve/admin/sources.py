@@ -2,6 +2,9 @@
 
     StatusDirSource  status files on this host (standalone `r2cc admin`)
     VllmSource       vLLM's worker RPC, which reaches every worker on every node
+
+`agents_now()` answers without the event loop (called from the view's poller thread); it
+returns None when only the async `agents()` can (VllmSource before its first answer).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ class StaticSource:
     def __init__(self, agents: list[AgentRef]):
         self._agents = list(agents)
 
+    def agents_now(self) -> list[AgentRef]:
+        return self._agents
+
     async def agents(self) -> list[AgentRef]:
         return self._agents
 
@@ -37,6 +43,9 @@ class StatusDirSource:
         self.directory = directory
 
     async def agents(self) -> list[AgentRef]:
+        return self.agents_now()
+
+    def agents_now(self) -> list[AgentRef]:
         out = []
         for path in sorted(glob.glob(os.path.join(self.directory, "*-rank*.json"))):
             try:
@@ -56,6 +65,9 @@ class VllmSource:
     def __init__(self, engine_client):
         self.engine_client = engine_client
         self._cached: list[AgentRef] | None = None
+
+    def agents_now(self) -> list[AgentRef] | None:
+        return self._cached
 
     async def agents(self) -> list[AgentRef]:
         if self._cached:

@@ -1,23 +1,36 @@
-"""The operator's view of a group: every host's rails, health and events, kept fresh.
+"""The operator's view of a group, kept fresh by a background thread.
 
-A `GroupView` polls the control agents of all ranks (concurrently, short timeouts)
-every R2CC_ADMIN_REFRESH_MS in the background, so reads are served from memory and
-stay fast while the engine is busy. Actions go to the agents of every rank on the
-named host; peers learn of a drain through the transport itself.
+A `GroupView` polls the control agent of every rank (kept-alive HTTP, short timeouts) every
+R2CC_ADMIN_REFRESH_MS in a thread of its own and publishes an immutable `Snapshot` with the
+JSON of the hot reads already encoded. A GET therefore never waits on a worker round trip and
+adds almost nothing to the event loop it shares with vLLM's request handling.
+
+Actions (drain, undrain, failover, restore) run one at a time in a worker thread: a fresh
+read of every rank, the last-healthy-rail check, a POST to the agents of every rank on the
+named host, another fresh read; then the poller samples fast for a moment so that the peers'
+side of the change (they learn of it through the transport) shows up at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from r2cc_serve.admin.snapshot import EMPTY, HEALTHY, STATE_ORDER, Snapshot  # noqa: F401 (STATE_ORDER re-exported)
 from r2cc_serve.admin.sources import AgentRef
 
-# Worst first: a rail shown for a host takes the worst state of its connections.
-STATE_ORDER = ["down", "recovering", "connecting", "draining", "drained", "degraded", "up"]
-AGENT_TIMEOUT_S = 1.0
+log = logging.getLogger("r2cc_serve.admin")
+
+AGENT_TIMEOUT_S = 1.0     # one agent's answer to a read; a stuck rank must not stall the view
+ACTION_TIMEOUT_S = 10.0   # one agent's answer to an action (it may wait for in-flight chunks)
+AGENTS_TIMEOUT_S = 15.0   # finding the agents (vLLM worker RPC on first use)
+FIRST_VIEW_WAIT_S = 20.0  # the first request waits this long for the first picture
+BURST_S, BURST_INTERVAL_S = 1.5, 0.05  # after an action: sample every rank this often, this long
 
 
 class ActionError(Exception):
@@ -26,106 +39,112 @@ class ActionError(Exception):
         self.status, self.detail = status, detail
 
 
-def _rail_view(conns: list[dict]) -> dict:
-    first = conns[0]
-    state = min((c["state"] for c in conns), key=STATE_ORDER.index)
-    last = max(conns, key=lambda c: c["last_error_time"])
-    return {
-        "rail": first["rail"], "interface": first.get("interface", f"rail{first['rail']}"),
-        "address": first["address"], "fallback": first.get("fallback", False), "state": state,
-        "peers": sorted({c["peer_host"] for c in conns}),
-        "bandwidth_Bps": sum(c["bandwidth_Bps"] for c in conns),
-        "rtt_s": max(c["rtt_s"] for c in conns),
-        "bytes_sent": sum(c["bytes_sent"] for c in conns), "bytes_received": sum(c["bytes_recv"] for c in conns),
-        "chunks_resent": sum(c["chunks_resent"] for c in conns), "bytes_resent": sum(c["bytes_resent"] for c in conns),
-        "failovers": sum(c["failovers"] for c in conns),
-        "detection_s": max((c["last_detect_s"] for c in conns), default=0.0),
-        "last_error": last["last_error"] or None,
-        "last_error_time": last["last_error_time"] or None,
-        "connections": [{k: c[k] for k in ("peer", "peer_host", "state", "bytes_sent", "bytes_recv",
-                                           "chunks_resent", "failovers", "last_error")} for c in conns],
-    }
-
-
-def _mark_degraded(rails: list[dict]) -> None:
-    """An up rail measured at under a quarter of the best of its host's rails is shown as degraded
-    (a rate cut; smaller differences are measurement noise on busy hosts)."""
-    bws = [r["bandwidth_Bps"] for r in rails if r["state"] == "up" and not r["fallback"] and r["bandwidth_Bps"] > 0]
-    if len(bws) < 2:
-        return
-    best = max(bws)
-    for r in rails:
-        if r["state"] == "up" and not r["fallback"] and 0 < r["bandwidth_Bps"] < best / 4:
-            r["state"] = "degraded"
-
-
 class GroupView:
     def __init__(self, source, refresh_s: float = 0.2):
         self.source = source
         self.refresh_s = refresh_s
-        self.states: dict[tuple[str, int], dict] = {}  # (group, rank) -> agent snapshot
-        self.unreachable: dict[tuple[str, int], str] = {}
-        self.agents: list[AgentRef] = []
-        self.updated = 0.0
-        self._task: asyncio.Task | None = None
-        self._client: httpx.AsyncClient | None = None
+        self.snap: Snapshot = EMPTY
+        self.refresh_error = ""  # why the last refresh failed ("" when it worked)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._first = threading.Event()   # the first refresh has been tried
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._refresh_lock = threading.Lock()
+        self._burst_until = 0.0
+        self._client = httpx.Client(timeout=AGENT_TIMEOUT_S, trust_env=False,
+                                    limits=httpx.Limits(max_keepalive_connections=64))
+        self._fetch_pool = ThreadPoolExecutor(8, thread_name_prefix="r2cc-admin-fetch")
+        self._act_pool = ThreadPoolExecutor(1, thread_name_prefix="r2cc-admin-act")  # one action at a time
 
-    # ---- refreshing ---------------------------------------------------------------
+    # Older readers (metrics, tests) use these names.
+    states = property(lambda self: self.snap.states)
+    unreachable = property(lambda self: self.snap.unreachable)
+    updated = property(lambda self: self.snap.updated)
+    agents = property(lambda self: list(self.snap.agents))
+
+    # ---- refreshing (background thread) -------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the poller (idempotent); loop runs the source's async agents() when needed."""
+        if self._thread is None or not self._thread.is_alive():
+            self._loop = loop
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="r2cc-admin-view", daemon=True)
+            self._thread.start()
 
     async def ensure_running(self) -> None:
-        if self._task is None or self._task.done():
-            self._client = httpx.AsyncClient(timeout=AGENT_TIMEOUT_S)
-            await self.refresh()
-            self._task = asyncio.get_running_loop().create_task(self._loop())
+        """Start the poller on first use; callers wait (bounded) for the first picture."""
+        self.start(asyncio.get_running_loop())
+        deadline = time.monotonic() + FIRST_VIEW_WAIT_S
+        while not self._first.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.refresh_s)
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            burst = time.monotonic() < self._burst_until
             try:
-                await self.refresh()
-            except Exception:  # keep serving the last view; the next round may succeed
-                pass
+                self.refresh(fresh=burst)
+            except Exception as exc:  # keep serving the last picture; the next round may work
+                self.refresh_error = f"{type(exc).__name__}: {exc}"
+                log.debug("r2cc admin view refresh failed: %s", self.refresh_error)
+            finally:
+                self._first.set()
+            self._wake.wait(BURST_INTERVAL_S if burst else self.refresh_s)
+            self._wake.clear()
 
-    async def _fetch(self, a: AgentRef) -> tuple[AgentRef, dict | str]:
+    def _agents(self) -> list[AgentRef]:
+        now = getattr(self.source, "agents_now", None)
+        got = now() if now is not None else None
+        if got is not None:
+            return got
+        if self._loop is None or self._loop.is_closed():
+            return []
+        # Sources that need the event loop (vLLM's worker RPC); never called on the loop's thread.
+        return asyncio.run_coroutine_threadsafe(self.source.agents(), self._loop).result(AGENTS_TIMEOUT_S)
+
+    def _fetch(self, a: AgentRef, fresh: bool) -> dict | str:
         try:
-            r = await self._client.get(f"http://{a.address}/state", headers={"Authorization": f"Bearer {a.token}"})
-            return a, (r.json() if r.status_code == 200 else f"agent answered {r.status_code}")
+            r = self._client.get(f"http://{a.address}/state" + ("?fresh=1" if fresh else ""),
+                                 headers={"Authorization": f"Bearer {a.token}"})
+            return r.json() if r.status_code == 200 else f"agent answered {r.status_code}"
         except httpx.HTTPError as exc:
-            return a, f"agent unreachable ({type(exc).__name__})"
+            return f"agent unreachable ({type(exc).__name__})"
+        except ValueError:
+            return "agent answered with malformed JSON"
 
-    async def refresh(self) -> None:
-        self.agents = await self.source.agents()
-        results = await asyncio.gather(*(self._fetch(a) for a in self.agents))
-        states, bad = {}, {}
-        for a, res in results:
-            (states if isinstance(res, dict) else bad)[(a.group, a.rank)] = res
-        self.states, self.unreachable, self.updated = states, bad, time.time()
+    def refresh(self, fresh: bool = False) -> Snapshot:
+        """Read every rank's agent (blocking; call from a thread) and publish a new snapshot.
+        fresh: ask the agents to sample their rails now instead of giving their last sample."""
+        with self._refresh_lock:
+            agents = self._agents()
+            results = list(self._fetch_pool.map(lambda a: self._fetch(a, fresh), agents))
+            states, bad = {}, {}
+            for a, res in zip(agents, results):
+                (states if isinstance(res, dict) else bad)[(a.group, a.rank)] = res
+            self.snap = Snapshot.build(states, bad, agents)
+            self.refresh_error = ""
+            return self.snap
 
-    # ---- reading ------------------------------------------------------------------
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._fetch_pool.shutdown(wait=False)
+        self._act_pool.shutdown(wait=False)
+        self._client.close()
 
-    def _host_of(self) -> dict[tuple[str, int], str]:
-        return {k: s["host"] for k, s in self.states.items()}
+    # ---- reading (any thread; one snapshot per call) --------------------------------
 
     def hosts(self) -> dict[str, list[dict]]:
-        """host -> its rails (each the aggregate of that rail's connections on that host)."""
-        host_of = self._host_of()
-        grouped: dict[str, dict[int, list[dict]]] = {}
-        for (group, _), st in sorted(self.states.items()):
-            for c in st["rails"]:
-                c = dict(c, peer_host=host_of.get((group, c["peer"]), f"rank{c['peer']}"))
-                grouped.setdefault(st["host"], {}).setdefault(c["rail"], []).append(c)
-        out = {}
-        for host, rails in sorted(grouped.items()):
-            views = [_rail_view(conns) for _, conns in sorted(rails.items())]
-            _mark_degraded(views)
-            out[host] = views
-        return out
+        return self.snap.hosts
 
     def rails(self) -> list[dict]:
-        return [{"host": h, **r} for h, rails in self.hosts().items() for r in rails]
+        return self.snap.rails
 
-    def rail(self, host: str, rail: int) -> dict:
-        hosts = self.hosts()
+    def rail(self, host: str, rail: int, snap: Snapshot | None = None) -> dict:
+        hosts = (snap or self.snap).hosts
         if host not in hosts:
             raise ActionError(404, f"unknown host {host!r}; known hosts: {', '.join(hosts) or 'none'}")
         for r in hosts[host]:
@@ -134,48 +153,42 @@ class GroupView:
         raise ActionError(404, f"host {host!r} has no rail {rail}; it has rails 0..{len(hosts[host]) - 1}")
 
     def health(self) -> dict:
-        if not self.states and not self.unreachable:
-            return {"status": "down", "reasons": ["no r2cc group is attached (no control agent found)"],
-                    "updated": self.updated}
-        status, reasons = "ok", []
-        for (group, rank), st in sorted(self.states.items()):
-            reasons += [f"{st['host']} (rank {rank}): {r}" for r in st["reasons"]]
-            if st["status"] == "down":
-                status = "down"
-            elif st["status"] == "degraded" and status == "ok":
-                status = "degraded"
-        for (group, rank), why in sorted(self.unreachable.items()):
-            reasons.append(f"{group} rank {rank}: {why}")
-            status = "down" if status == "down" else "degraded"
-        for r in self.rails():
-            if r["state"] == "degraded":
-                reasons.append(f"{r['host']} rail{r['rail']} runs at under a quarter of the bandwidth of its best rail")
-                status = "degraded" if status == "ok" else status
-        return {"status": status, "reasons": reasons, "updated": self.updated}
+        return self.snap.health
 
     def events(self, limit: int = 100) -> list[dict]:
-        evs = [e for st in self.states.values() for e in st.get("events", [])]
-        return sorted(evs, key=lambda e: e["time"])[-limit:]
+        return self.snap.events(limit)
 
     # ---- acting -------------------------------------------------------------------
 
     async def act(self, host: str, rail: int, action: str, force: bool = False) -> dict:
-        await self.refresh()
-        target = self.rail(host, rail)  # 404s
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._act_pool, self._act, host, rail, action, force)
+
+    def _act(self, host: str, rail: int, action: str, force: bool) -> dict:
+        snap = self.refresh(fresh=True)
+        target = self.rail(host, rail, snap)  # 404s
         if action in ("drain", "failover") and not force and not target["fallback"]:
-            others = [r for r in self.hosts()[host]
-                      if r["rail"] != rail and not r["fallback"] and r["state"] in ("up", "degraded")]
+            others = [r for r in snap.hosts[host]
+                      if r["rail"] != rail and not r["fallback"] and r["state"] in HEALTHY]
             if not others:
                 raise ActionError(409, f"rail{rail} is the last healthy rail of {host}; {action} it with "
                                        "?force=true if you mean it (traffic then moves to drained or fallback rails)")
-        ranks = [a for a in self.agents if self.states.get((a.group, a.rank), {}).get("host") == host]
-        replies = await asyncio.gather(*(self._client.post(
-            f"http://{a.address}/rails/{rail}/{action}", headers={"Authorization": f"Bearer {a.token}"})
-            for a in ranks), return_exceptions=True)
-        failed = [f"rank {a.rank}: {r if isinstance(r, Exception) else r.status_code}"
-                  for a, r in zip(ranks, replies) if isinstance(r, Exception) or r.status_code != 200]
+        ranks = [a for a in snap.agents if snap.states.get((a.group, a.rank), {}).get("host") == host]
+        replies = list(self._fetch_pool.map(lambda a: self._post(a, f"/rails/{rail}/{action}"), ranks))
+        failed = [f"rank {a.rank}: {r}" for a, r in zip(ranks, replies) if r]
+        self._burst_until = time.monotonic() + BURST_S
+        self._wake.set()
         if failed:
             raise ActionError(502, f"{action} reached only some ranks of {host}: {'; '.join(failed)}")
-        await self.refresh()
+        snap = self.refresh(fresh=True)
         return {"host": host, "rail": rail, "action": action, "ranks": [a.rank for a in ranks],
-                "state": self.rail(host, rail)["state"]}
+                "state": self.rail(host, rail, snap)["state"]}
+
+    def _post(self, a: AgentRef, path: str) -> str:
+        """'' when the agent did it, else why not."""
+        try:
+            r = self._client.post(f"http://{a.address}{path}", headers={"Authorization": f"Bearer {a.token}"},
+                                  timeout=ACTION_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            return f"agent unreachable ({type(exc).__name__})"
+        return "" if r.status_code == 200 else f"agent answered {r.status_code}: {r.text[:200]}"

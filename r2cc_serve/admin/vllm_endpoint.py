@@ -7,6 +7,7 @@ every worker on every node is reached; their rail metrics are added to vLLM's /m
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from r2cc_serve import vllm_compat
@@ -46,5 +47,7 @@ class R2CCAdminEndpoint:
 
         self.state.view.source = VllmSource(engine_client)
         vllm_compat.prometheus_registry().register(R2CCCollector(self.state.view))
+        # Poll from now on, so /metrics has the workers' rails before anyone calls /r2cc/v1.
+        self.state.view.start(asyncio.get_running_loop())
         if self.state.token is None:
             log.warning("r2cc admin: no R2CC_ADMIN_TOKEN set: /r2cc/v1 reads work, drain/failover answer 403")

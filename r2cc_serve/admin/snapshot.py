@@ -1,0 +1,116 @@
+"""One immutable picture of a group, built from every rank agent's state (pure functions).
+
+A `Snapshot` is made once per refresh, off the event loop, with the JSON bodies of the hot
+reads (GET /rails, GET /health) already encoded, so serving them costs no more than
+returning bytes. Readers take `view.snap` once and use that object only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+# Worst first: a rail shown for a host takes the worst state of its connections.
+STATE_ORDER = ["down", "recovering", "connecting", "draining", "drained", "degraded", "up"]
+HEALTHY = ("up", "degraded")
+
+
+def rail_view(conns: list[dict]) -> dict:
+    """One host's rail: the aggregate of that rail's connections to every peer."""
+    first = conns[0]
+    state = min((c["state"] for c in conns), key=STATE_ORDER.index)
+    last = max(conns, key=lambda c: c["last_error_time"])
+    return {
+        "rail": first["rail"], "interface": first.get("interface", f"rail{first['rail']}"),
+        "address": first["address"], "fallback": first.get("fallback", False), "state": state,
+        "peers": sorted({c["peer_host"] for c in conns}),
+        "bandwidth_Bps": sum(c["bandwidth_Bps"] for c in conns),
+        "rtt_s": max(c["rtt_s"] for c in conns),
+        "bytes_sent": sum(c["bytes_sent"] for c in conns), "bytes_received": sum(c["bytes_recv"] for c in conns),
+        "chunks_resent": sum(c["chunks_resent"] for c in conns), "bytes_resent": sum(c["bytes_resent"] for c in conns),
+        "failovers": sum(c["failovers"] for c in conns),
+        "detection_s": max((c["last_detect_s"] for c in conns), default=0.0),
+        "last_error": last["last_error"] or None,
+        "last_error_time": last["last_error_time"] or None,
+        "connections": [{k: c[k] for k in ("peer", "peer_host", "state", "bytes_sent", "bytes_recv",
+                                           "chunks_resent", "failovers", "last_error")} for c in conns],
+    }
+
+
+def mark_degraded(rails: list[dict]) -> None:
+    """An up rail measured at under a quarter of the best of its host's rails is shown as degraded
+    (a rate cut; smaller differences are measurement noise on busy hosts)."""
+    bws = [r["bandwidth_Bps"] for r in rails if r["state"] == "up" and not r["fallback"] and r["bandwidth_Bps"] > 0]
+    if len(bws) < 2:
+        return
+    best = max(bws)
+    for r in rails:
+        if r["state"] == "up" and not r["fallback"] and 0 < r["bandwidth_Bps"] < best / 4:
+            r["state"] = "degraded"
+
+
+def group_hosts(states: dict[tuple[str, int], dict]) -> dict[str, list[dict]]:
+    """host -> its rails, from {(group, rank): agent state}."""
+    host_of = {k: s["host"] for k, s in states.items()}
+    grouped: dict[str, dict[int, list[dict]]] = {}
+    for (group, _), st in sorted(states.items()):
+        for c in st["rails"]:
+            c = dict(c, peer_host=host_of.get((group, c["peer"]), f"rank{c['peer']}"))
+            grouped.setdefault(st["host"], {}).setdefault(c["rail"], []).append(c)
+    out = {}
+    for host, rails in sorted(grouped.items()):
+        views = [rail_view(conns) for _, conns in sorted(rails.items())]
+        mark_degraded(views)
+        out[host] = views
+    return out
+
+
+def group_health(states: dict, unreachable: dict, rails: list[dict], updated: float) -> dict:
+    if not states and not unreachable:
+        return {"status": "down", "reasons": ["no r2cc group is attached (no control agent found)"],
+                "updated": updated}
+    status, reasons = "ok", []
+    for (group, rank), st in sorted(states.items()):
+        reasons += [f"{st['host']} (rank {rank}): {r}" for r in st["reasons"]]
+        if st["status"] == "down":
+            status = "down"
+        elif st["status"] == "degraded" and status == "ok":
+            status = "degraded"
+    for (group, rank), why in sorted(unreachable.items()):
+        reasons.append(f"{group} rank {rank}: {why}")
+        status = "down" if status == "down" else "degraded"
+    for r in rails:
+        if r["state"] == "degraded":
+            reasons.append(f"{r['host']} rail{r['rail']} runs at under a quarter of the bandwidth of its best rail")
+            status = "degraded" if status == "ok" else status
+    return {"status": status, "reasons": reasons, "updated": updated}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    states: dict = field(default_factory=dict)       # (group, rank) -> that rank agent's state
+    unreachable: dict = field(default_factory=dict)  # (group, rank) -> why it did not answer
+    agents: tuple = ()                               # AgentRef of every rank
+    updated: float = 0.0                             # unix time of the refresh
+    hosts: dict = field(default_factory=dict)        # host -> its rails
+    rails: list = field(default_factory=list)        # every host's rails, with "host"
+    health: dict = field(default_factory=dict)
+    rails_json: bytes = b""                          # GET /rails body
+    health_json: bytes = b""                         # GET /health body
+
+    @classmethod
+    def build(cls, states: dict, unreachable: dict, agents, updated: float | None = None) -> "Snapshot":
+        updated = time.time() if updated is None else updated
+        hosts = group_hosts(states)
+        rails = [{"host": h, **r} for h, rs in hosts.items() for r in rs]
+        health = group_health(states, unreachable, rails, updated)
+        return cls(states, unreachable, tuple(agents), updated, hosts, rails, health,
+                   json.dumps({"rails": rails, "updated": updated}).encode(), json.dumps(health).encode())
+
+    def events(self, limit: int = 100) -> list[dict]:
+        evs = [e for st in self.states.values() for e in st.get("events", [])]
+        return sorted(evs, key=lambda e: e["time"])[-limit:]
+
+
+EMPTY = Snapshot.build({}, {}, (), updated=0.0)
