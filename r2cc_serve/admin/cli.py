@@ -57,10 +57,12 @@ def _rails(args) -> int:
     import httpx
 
     url = args.url.rstrip("/") + "/r2cc/v1"
+    # One kept-alive client: httpx.get() builds a new client (and TLS context) per call, ~80 ms of CPU here.
+    client = httpx.Client(timeout=5, trust_env=False)
     try:
         while True:
-            rails = httpx.get(url + "/rails", timeout=5).json()["rails"]
-            health = httpx.get(url + "/health", timeout=5).json()
+            rails = client.get(url + "/rails").json()["rails"]
+            health = client.get(url + "/health").json()
             if args.json:
                 print(json.dumps({"rails": rails, "health": health}, indent=2))
             else:
@@ -74,6 +76,8 @@ def _rails(args) -> int:
     except httpx.HTTPError as exc:
         raise UserError(f"cannot reach the admin API at {args.url} ({type(exc).__name__}); is `r2cc admin` or "
                         "vLLM with --distributed-backend r2cc running there?") from None
+    finally:
+        client.close()
 
 
 def register(sub) -> None:
@@ -82,6 +86,11 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--status-dir", help="R2CC_STATUS_DIR of the group (default: this process's)")
     p.set_defaults(func=_serve)
+    tools = p.add_subparsers(dest="admin_command", metavar="TOOL", required=False,
+                             title="tools (without one, `r2cc admin` serves the API)")
+    from r2cc_serve.admin import probe
+
+    probe.register(tools)
     p = sub.add_parser("rails", help="show every rail of every host (a client of the admin API)")
     p.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
                    help="admin API base URL (vLLM: its own server, e.g. http://127.0.0.1:8000)")
