@@ -428,6 +428,7 @@ void Transport::flush_before_close() {
 void Transport::set_error_locked(const std::string& reason) {
   if (!error_.empty()) return;
   error_ = reason;
+  aborted_ = true;
   for (auto& p : peers_)
     for (auto& c : p->conns)
       if (is_connected(c->state)) c->ctrl_abort = reason;

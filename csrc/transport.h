@@ -211,6 +211,9 @@ class Transport {
   std::string error_;
   Counters counters_;
   std::atomic<bool> stopping_{false};
+  // Set with error_: from then on no thread touches a caller's buffer (callers free them
+  // once wait() throws), so late bytes on a rail that comes back go aside.
+  std::atomic<bool> aborted_{false};
   bool connect_started_ = false;
   std::vector<std::thread> threads_;
   std::atomic<int> handshakes_active_{0};

@@ -90,7 +90,7 @@ std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeade
   OutMsg& m = *chunk.msg;
   const FrameHeader& h = frames.back();
   const bool owned = !m.owned.empty();
-  auto stop = [&] { return stale() || (!owned && m.done.load()); };
+  auto stop = [&] { return stale() || (!owned && (m.done.load() || aborted_.load())); };
   std::string err = writev_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), m.data + h.offset, h.len,
                                 kPollMs, stop);
   if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
@@ -188,7 +188,14 @@ void Transport::wait(const Op& op) {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     if ((op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done)) return;
-    if (!error_.empty()) throw AbortedError(error_);
+    if (!error_.empty()) {
+      // The caller frees its buffers once this throws: first let any thread still inside
+      // one of them step out (they stop within one poll interval after the abort).
+      const int64_t until = now_ns() + 200000000LL;
+      while (((op.in && op.in->active_readers > 0) || (op.out && op.out->active_writers > 0)) && now_ns() < until)
+        done_cv_.wait_for(lk, std::chrono::milliseconds(1));
+      throw AbortedError(error_);
+    }
     const int peer = op.out ? op.out->peer : op.in->peer;
     if (peers_[peer]->closed)
       throw AbortedError("r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
@@ -504,7 +511,7 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
         for (size_t i = 0; i < m->nchunks; ++i) m->superseded[i] = false;
       }
       if (m->chunk != h.chunk_bytes || idx >= m->nchunks) return "corrupt data frame (chunking changed)";
-      if (m->state[idx] == kChunkNone) {
+      if (m->state[idx] == kChunkNone && !aborted_) {
         m->state[idx] = kChunkClaimed;
         m->active_readers++;
         dest = m->data + h.offset;
@@ -515,7 +522,7 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
   if (dest) {
     // Straight into the destination, unless another rail completes this chunk first
     // (this rail fell silent mid-chunk): then the rest of the frame goes aside.
-    auto superseded = [&] { return stale() || m->superseded[idx].load(); };
+    auto superseded = [&] { return stale() || m->superseded[idx].load() || aborted_.load(); };
     size_t got = 0;
     err = read_full(fd, dest, h.len, kPollMs, superseded, progress, &got);
     if (err == "stopped" && !stale()) {
@@ -554,7 +561,7 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
     release_reader_locked(p, *m);
     return err;
   }
-  if (!err.empty()) return err;
+  if (!err.empty() || aborted_) return err;  // after an abort the buffer may be gone
   if (m->state[idx] == kChunkDone) {
     enqueue_ack_locked(p, h.seq, idx, false, urgent);  // duplicate: the sender may have lost the first ack
   } else {
