@@ -549,13 +549,21 @@ void Transport::send_heartbeat_locked(Conn& c, int64_t now) {
 }
 
 void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
-  // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed.
+  // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed. Only
+  // bandwidth-bound traffic counts: when the busy periods of a sample carried under
+  // half a chunk each on average (decode-sized messages), their time is round trips
+  // and scheduling, not the link's rate, and rails would look slow at random.
   int64_t busy = c.busy_ns + (c.busy_since_ns ? now - c.busy_since_ns : 0);
   if (busy - c.bw_ref_busy <= 20 * 1000000) return;
-  double sample = double(c.acked_bytes - c.bw_ref_acked) / (double(busy - c.bw_ref_busy) * 1e-9);
-  c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : 0.7 * c.st.bandwidth_Bps + 0.3 * sample;
+  const uint64_t acked = c.acked_bytes - c.bw_ref_acked;
+  const uint64_t periods = std::max<uint64_t>(1, c.busy_periods - c.bw_ref_periods);
+  if (acked / periods >= opt_.chunk_bytes / 2) {
+    double sample = double(acked) / (double(busy - c.bw_ref_busy) * 1e-9);
+    c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : 0.7 * c.st.bandwidth_Bps + 0.3 * sample;
+  }
   c.bw_ref_acked = c.acked_bytes;
   c.bw_ref_busy = busy;
+  c.bw_ref_periods = c.busy_periods;
 }
 
 void Transport::use_fd_locked(Conn& c, int fd) { c.fd_users[fd]++; }

@@ -35,9 +35,11 @@ struct Transport::Conn {
   ConnStats st;
   int64_t busy_since_ns = 0;  // inflight went non-empty
   int64_t busy_ns = 0;
+  uint64_t busy_periods = 0;  // times inflight went non-empty
   uint64_t acked_bytes = 0;
   uint64_t bw_ref_acked = 0;
   int64_t bw_ref_busy = 0;
+  uint64_t bw_ref_periods = 0;
 };
 
 struct Transport::Peer {

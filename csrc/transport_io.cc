@@ -73,7 +73,10 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
   m.active_writers++;  // released by finish_chunk_write; the caller's buffer is in use until then
   (hedge ? m.hedge_rail : m.on_rail[chunk.idx]) = int8_t(c.rail);
   c.inflight.emplace_back(m.seq, chunk.idx);
-  if (c.inflight_bytes == 0) c.busy_since_ns = now;
+  if (c.inflight_bytes == 0) {
+    c.busy_since_ns = now;
+    c.busy_periods++;
+  }
   c.inflight_bytes += len;
   c.st.chunks_sent++;
   c.st.bytes_sent += len;

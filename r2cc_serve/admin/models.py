@@ -28,7 +28,9 @@ class Rail(BaseModel):
     fallback: bool = Field(description="a fallback rail carries data only when every primary rail is down")
     state: RailState
     peers: list[str]
-    bandwidth_Bps: float = Field(description="measured goodput while busy, bytes per second")
+    bandwidth_Bps: float = Field(description="measured goodput while busy, bytes per second, from transfers of at least half a "
+                                   "chunk per busy period; 0 until such a transfer has run (decode-sized "
+                                   "messages measure round trips, not bandwidth)")
     rtt_s: float
     bytes_sent: int
     bytes_received: int
