@@ -77,52 +77,55 @@ def admin(tmp_path):
 def test_admin_rails_actions_errors_metrics(admin):
     base, result, group = admin
     api, auth = base + "/r2cc/v1", {"Authorization": f"Bearer {TOKEN}"}
-    rails = httpx.get(api + "/rails", timeout=5).json()["rails"]
+    # One kept-alive client, as a dashboard would poll (a new client per call costs ~80 ms of CPU).
+    c = httpx.Client(timeout=5)
+    rails = c.get(api + "/rails").json()["rails"]
     assert sorted({r["host"] for r in rails}) == ["rank0", "rank1"] and len(rails) == 6
-    assert all(r["state"] in ("up", "degraded") for r in rails), rails  # degraded = up but measured slow
+    assert all(r["state"] == "up" for r in rails), rails
+    assert c.get(api + "/health").json()["status"] == "ok"  # no fault: no false "degraded"
 
     # errors: auth, unknown host/rail, malformed
-    assert httpx.post(api + "/rails/rank0/1/drain", timeout=5).status_code == 401
-    assert httpx.post(api + "/rails/rank0/1/drain", headers={"Authorization": "Bearer nope"}, timeout=5).status_code == 401
-    assert httpx.get(api + "/rails/nohost/0", timeout=5).status_code == 404
-    assert httpx.get(api + "/rails/rank0/7", timeout=5).status_code == 404
-    assert httpx.get(api + "/rails/rank0/abc", timeout=5).status_code == 422
-    assert httpx.post(api + "/rails/rank0/1/drain?force=maybe", headers=auth, timeout=5).status_code == 422
+    assert c.post(api + "/rails/rank0/1/drain").status_code == 401
+    assert c.post(api + "/rails/rank0/1/drain", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert c.get(api + "/rails/nohost/0").status_code == 404
+    assert c.get(api + "/rails/rank0/7").status_code == 404
+    assert c.get(api + "/rails/rank0/abc").status_code == 422
+    assert c.post(api + "/rails/rank0/1/drain?force=maybe", headers=auth).status_code == 422
 
     # drain: effective on both ranks within 1 s, visible through GET
     t0 = time.time()
-    r = httpx.post(api + "/rails/rank0/1/drain", headers=auth, timeout=5)
+    r = c.post(api + "/rails/rank0/1/drain", headers=auth)
     assert r.status_code == 200 and r.json()["ranks"] == [0], r.text
     while time.time() - t0 < 1.0:
-        states = {(x["host"], x["rail"]): x["state"] for x in httpx.get(api + "/rails", timeout=5).json()["rails"]}
+        states = {(x["host"], x["rail"]): x["state"] for x in c.get(api + "/rails").json()["rails"]}
         if states[("rank0", 1)] == "drained" and states[("rank1", 1)] == "drained":
             break
         time.sleep(0.02)
     assert states[("rank0", 1)] == "drained" and states[("rank1", 1)] == "drained", states
-    health = httpx.get(api + "/health", timeout=5).json()
+    health = c.get(api + "/health").json()
     assert health["status"] == "degraded" and any("rail1" in x for x in health["reasons"]), health
 
     # the last healthy rail of a host is protected
-    assert httpx.post(api + "/rails/rank0/0/drain", headers=auth, timeout=5).status_code == 200
-    r = httpx.post(api + "/rails/rank0/2/failover", headers=auth, timeout=5)
+    assert c.post(api + "/rails/rank0/0/drain", headers=auth).status_code == 200
+    r = c.post(api + "/rails/rank0/2/failover", headers=auth)
     assert r.status_code == 409 and "last healthy rail" in r.json()["detail"], r.text
     for k in (0, 1):
-        assert httpx.post(api + f"/rails/rank0/{k}/undrain", headers=auth, timeout=5).status_code == 200
+        assert c.post(api + f"/rails/rank0/{k}/undrain", headers=auth).status_code == 200
 
     # failover + restore
-    assert httpx.post(api + "/rails/rank1/2/failover", headers=auth, timeout=5).status_code == 200
-    assert httpx.get(api + "/rails/rank1/2", timeout=5).json()["state"] == "down"
-    assert httpx.post(api + "/rails/rank1/2/restore", headers=auth, timeout=5).status_code == 200
+    assert c.post(api + "/rails/rank1/2/failover", headers=auth).status_code == 200
+    assert c.get(api + "/rails/rank1/2").json()["state"] == "down"
+    assert c.post(api + "/rails/rank1/2/restore", headers=auth).status_code == 200
     deadline = time.time() + 10
-    while time.time() < deadline and httpx.get(api + "/rails/rank1/2", timeout=5).json()["state"] != "up":
+    while time.time() < deadline and c.get(api + "/rails/rank1/2").json()["state"] != "up":
         time.sleep(0.1)
-    assert httpx.get(api + "/rails/rank1/2", timeout=5).json()["failovers"] >= 1
+    assert c.get(api + "/rails/rank1/2").json()["failovers"] >= 1
 
-    events = httpx.get(api + "/events", timeout=5).json()["events"]
+    events = c.get(api + "/events").json()["events"]
     kinds = {(e["host"], e["rail"], e["from"], e["to"]) for e in events}
     assert ("rank0", 1, "up", "drained") in kinds or ("rank0", 1, "up", "draining") in kinds, kinds
 
-    text = httpx.get(base + "/metrics", timeout=5).text
+    text = c.get(base + "/metrics").text
     assert 'r2cc_rail_up{host="rank0",rail="0"} 1.0' in text, text[:2000]
     sent = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('r2cc_rail_sent_bytes_total{host="rank0"')]
     assert sent and sum(sent) > 0
@@ -132,7 +135,7 @@ def test_admin_rails_actions_errors_metrics(admin):
     lat = []
     for _ in range(200):
         t = time.perf_counter()
-        httpx.get(api + "/rails", timeout=5)
+        c.get(api + "/rails")
         lat.append(time.perf_counter() - t)
     lat.sort()
     print(f"GET /rails p50 {statistics.median(lat) * 1e3:.2f} ms p99 {lat[197] * 1e3:.2f} ms")

@@ -10,7 +10,7 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from r2cc_serve.admin.app import create_app  # noqa: E402
+from r2cc_serve.admin import create_app  # noqa: E402
 
 app = create_app(token="fuzz-token")
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
@@ -33,3 +33,9 @@ def test_schema_is_complete():
             assert op.get("summary"), (method, path)
             assert "200" in op["responses"], (method, path)
     assert spec["paths"]["/r2cc/v1/rails/{host}/{rail}/drain"]["post"]["responses"].get("409")
+
+
+def test_app_builds_with_no_arguments():
+    bare = create_app()  # no group, no token: the whole API and schema still exist
+    paths = bare.openapi()["paths"]
+    assert "/r2cc/v1/rails" in paths and "/r2cc/v1/rails/{host}/{rail}/failover" in paths and "/metrics" in paths
