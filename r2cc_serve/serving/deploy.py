@@ -22,6 +22,7 @@ import glob
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -74,6 +75,18 @@ def _say(msg: str) -> None:
     print(f"[deploy] {msg}", file=sys.stderr, flush=True)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """DeployError if something listens on host:port already: vLLM would fail to bind, and our
+    health checks would talk to that other server instead (another run's vLLM, say)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise DeployError(f"port {port} on {host} is taken ({exc.strerror}): another vLLM or test run "
+                              "is probably using it; stop it or pick another port") from None
+
+
 def single_instance(lab, model_dir: str, backend: str = "r2cc", port: int = 8123, *, enforce_eager: bool = True,
                     extra_env: dict | None = None, extra_args=(), log_dir: str | None = None,
                     startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True):
@@ -82,6 +95,7 @@ def single_instance(lab, model_dir: str, backend: str = "r2cc", port: int = 8123
     rails = [lab.rail_ifname(k) for k in range(lab.rails)]
 
     def start(run_dir: str, status_dir: str) -> tuple[list[Proc], str]:
+        check_port_free("127.0.0.1", port)
         tmp = _mkdir(run_dir, "tmp-node0")
         env = vllm_env.node_env(backend=backend, rails=rails, tmpdir=tmp, status_dir=status_dir,
                                 netns_template=f"{lab.prefix}-h{{rank}}", mgmt_ifname=lab.mgmt_ifname,

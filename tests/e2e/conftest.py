@@ -25,6 +25,7 @@ import sys
 import pytest
 
 from r2cc_serve.serving.load import LoadSpec
+from tests.comm.harness import free_port
 
 PREFIX = os.environ.get("R2CC_E2E_LAB_PREFIX", "r2cce")
 STATE = f"/run/r2cc-lab/{PREFIX}-e2e-state.json"
@@ -127,7 +128,7 @@ def reference(lab, model_dir, session):
     from r2cc_serve.serving.deploy import single_instance
     from r2cc_serve.serving.load import run_load
 
-    with single_instance(lab, model_dir, backend="default", port=8310, extra_args=SERVE_ARGS) as dep:
+    with single_instance(lab, model_dir, backend="default", port=free_port(), extra_args=SERVE_ARGS) as dep:
         session.deployments.append(dep)
         ref = run_load(dep.url, dep.model, LOAD)
     assert not ref.failed, f"reference run had failures: {ref.summary()}"

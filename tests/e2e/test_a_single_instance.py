@@ -9,12 +9,13 @@ from r2cc_serve.serving.deploy import single_instance
 from r2cc_serve.serving.faults import FaultSpec
 from r2cc_serve.serving.load import compare, run_load
 from r2cc_serve.serving.scenario import run_with_fault
+from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 
 
 @pytest.fixture(scope="module")
 def dep(lab, model_dir, session, reference):  # reference first: one deployment at a time
-    with single_instance(lab, model_dir, backend="r2cc", port=8311, extra_args=SERVE_ARGS) as d:
+    with single_instance(lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS) as d:
         session.deployments.append(d)
         yield d
 

@@ -10,13 +10,14 @@ import pytest
 
 from r2cc_serve.serving.deploy import single_instance
 from r2cc_serve.serving.load import compare, run_load
+from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_compile_mode_serves_the_same_tokens(lab, model_dir, session, reference):
-    with single_instance(lab, model_dir, backend="r2cc", port=8312, enforce_eager=False,
+    with single_instance(lab, model_dir, backend="r2cc", port=free_port(), enforce_eager=False,
                          extra_args=SERVE_ARGS, startup_timeout_s=1200) as dep:
         session.deployments.append(dep)
         run = run_load(dep.url, dep.model, LOAD)

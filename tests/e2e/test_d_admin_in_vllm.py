@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from r2cc_serve.admin import probe
 from r2cc_serve.serving.deploy import single_instance, two_nodes
 from r2cc_serve.serving.load import compare, run_load
+from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 
 TOKEN = "e2e-admin-token"
@@ -47,7 +48,7 @@ def _log_dir(name: str) -> str | None:
 
 @pytest.fixture(scope="class")
 def dep(lab, model_dir, session, reference):  # reference first: one deployment at a time
-    with single_instance(lab, model_dir, backend="r2cc", port=8313, extra_args=SERVE_ARGS,
+    with single_instance(lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS,
                          extra_env={"R2CC_ADMIN_TOKEN": TOKEN}, log_dir=_log_dir("admin-single")) as d:
         session.deployments.append(d)
         yield d

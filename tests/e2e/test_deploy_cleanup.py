@@ -7,6 +7,7 @@ into /dev/shm and serves /health; the real thing is in the other e2e tests.
 from __future__ import annotations
 
 import os
+import socket
 import stat
 
 import pytest
@@ -80,3 +81,15 @@ def test_a_dying_node_is_reported_with_its_log(fake_vllm, monkeypatch, tmp_path)
             pass
     assert "exited with code 3" in str(info.value)
     assert "vllm-node0.log" in str(info.value)  # says where the whole log is
+
+
+@pytest.mark.timeout(60)
+def test_a_taken_port_is_a_clear_error_not_someone_elses_server(fake_vllm, tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(DeployError, match=f"port {port} on 127.0.0.1 is taken"):
+            with single_instance(FakeLab(), "/no/model", port=port, warmup=False, startup_timeout_s=30,
+                                 log_dir=str(tmp_path / "logs")):
+                pass
