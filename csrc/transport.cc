@@ -335,9 +335,9 @@ void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int6
       msg.hedge_rail = -1;
       continue;
     }
-    m->second->on_rail[it->second] = -1;
-    p.queue.push_front(Chunk{m->second, it->second});
-    const size_t bytes = m->second->chunk_len(it->second);
+    msg.on_rail[it->second] = -1;
+    p.queue.push_front(Chunk{m->second, it->second});  // the shared_ptr, not the alias
+    const size_t bytes = msg.chunk_len(it->second);
     c.st.chunks_resent++;
     c.st.bytes_resent += bytes;
     counters_.chunks_resent++;

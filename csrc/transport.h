@@ -162,6 +162,7 @@ class Transport {
   void watchdog_loop();
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
   void send_heartbeat_locked(Conn& c, int64_t now);
+  std::string stopped_chunk_reason() const;
   void update_bandwidth_locked(Conn& c, int64_t now);
   void peer_closed_locked(Peer& p);
   void flush_before_close();

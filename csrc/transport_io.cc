@@ -85,6 +85,12 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
                      uint32_t(len), uint32_t(m.chunk)};
 }
 
+std::string Transport::stopped_chunk_reason() const {
+  // Why a writer let go of a chunk mid-write (the rail itself was fine).
+  return aborted_.load() ? "stopped writing a chunk: the group was aborted"
+                         : "abandoned a chunk that another rail delivered first";
+}
+
 std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                                    const std::function<bool()>& stale) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
@@ -96,7 +102,7 @@ std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeade
   auto stop = [&] { return stale() || (!owned && (m.done.load() || aborted_.load())); };
   std::string err = writev_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), m.data + h.offset, h.len,
                                 kPollMs, stop);
-  if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
+  if (err == "stopped" && !stale()) err = stopped_chunk_reason();
   return err;
 }
 
@@ -368,7 +374,7 @@ void Transport::writer_loop(Conn& c) {
           FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
           err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
         }
-        if (err == "stopped" && !stale()) err = "abandoned a chunk that another rail delivered first";
+        if (err == "stopped" && !stale()) err = stopped_chunk_reason();
         if (err.empty() && chunk.msg) err = write_chunk(c, fd, tail, chunk, stale);
       }
       lk.lock();

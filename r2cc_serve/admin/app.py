@@ -18,7 +18,8 @@ from r2cc_serve.admin.view import ActionError, GroupView
 
 PREFIX = "/r2cc/v1"
 _ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
-           409: {"model": ErrorBody}, 502: {"model": ErrorBody}}
+           409: {"model": ErrorBody}, 502: {"model": ErrorBody},
+           503: {"model": ErrorBody}}
 
 
 class AdminState:

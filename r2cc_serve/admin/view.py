@@ -103,22 +103,22 @@ class GroupView:
         # Sources that need the event loop (vLLM's worker RPC); never called on the loop's thread.
         return asyncio.run_coroutine_threadsafe(self.source.agents(), self._loop).result(AGENTS_TIMEOUT_S)
 
-    def _fetch(self, a: AgentRef, fresh: bool) -> dict | str:
+    def _fetch(self, a: AgentRef, fresh: bool, timeout_s: float = AGENT_TIMEOUT_S) -> dict | str:
         try:
             r = self._client.get(f"http://{a.address}/state" + ("?fresh=1" if fresh else ""),
-                                 headers={"Authorization": f"Bearer {a.token}"})
+                                 headers={"Authorization": f"Bearer {a.token}"}, timeout=timeout_s)
             return r.json() if r.status_code == 200 else f"agent answered {r.status_code}"
         except httpx.HTTPError as exc:
             return f"agent unreachable ({type(exc).__name__})"
         except ValueError:
             return "agent answered with malformed JSON"
 
-    def refresh(self, fresh: bool = False) -> Snapshot:
+    def refresh(self, fresh: bool = False, timeout_s: float = AGENT_TIMEOUT_S) -> Snapshot:
         """Read every rank's agent (blocking; call from a thread) and publish a new snapshot.
         fresh: ask the agents to sample their rails now instead of giving their last sample."""
         with self._refresh_lock:
             agents = self._agents()
-            results = list(self._fetch_pool.map(lambda a: self._fetch(a, fresh), agents))
+            results = list(self._fetch_pool.map(lambda a: self._fetch(a, fresh, timeout_s), agents))
             states, bad = {}, {}
             for a, res in zip(agents, results):
                 (states if isinstance(res, dict) else bad)[(a.group, a.rank)] = res
@@ -165,7 +165,10 @@ class GroupView:
         return await loop.run_in_executor(self._act_pool, self._act, host, rail, action, force)
 
     def _act(self, host: str, rail: int, action: str, force: bool) -> dict:
-        snap = self.refresh(fresh=True)
+        # Busy workers may answer slowly: an action waits longer for them than the poller does.
+        known = self.snap
+        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S)
+        self._check_reachable(host, rail, action, snap, known)
         target = self.rail(host, rail, snap)  # 404s
         if action in ("drain", "failover") and not force and not target["fallback"]:
             others = [r for r in snap.hosts[host]
@@ -180,9 +183,23 @@ class GroupView:
         self._wake.set()
         if failed:
             raise ActionError(502, f"{action} reached only some ranks of {host}: {'; '.join(failed)}")
-        snap = self.refresh(fresh=True)
-        return {"host": host, "rail": rail, "action": action, "ranks": [a.rank for a in ranks],
-                "state": self.rail(host, rail, snap)["state"]}
+        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S)
+        try:
+            state = self.rail(host, rail, snap)["state"]
+        except ActionError:  # done, but its agents did not answer the read-back: GET /rails shows it soon
+            state = "unknown"
+        return {"host": host, "rail": rail, "action": action, "ranks": [a.rank for a in ranks], "state": state}
+
+    @staticmethod
+    def _check_reachable(host: str, rail: int, action: str, snap: Snapshot, known: Snapshot) -> None:
+        """503 when a rank that is (or was last seen) on `host` did not answer: acting on part of a
+        host, or calling a host unknown because its agents were slow, would both be wrong."""
+        hosts_of = {k: st["host"] for k, st in known.states.items()} | {k: st["host"] for k, st in snap.states.items()}
+        missing = {k: why for k, why in snap.unreachable.items() if hosts_of.get(k, host) == host}
+        if missing:
+            who = "; ".join(f"{g} rank {r}: {why}" for (g, r), why in sorted(missing.items()))
+            raise ActionError(503, f"{action} {host} rail{rail} not done: the control agent of a rank on that host "
+                                   f"did not answer ({who}); nothing was changed, retry in a moment")
 
     def _post(self, a: AgentRef, path: str) -> str:
         """'' when the agent did it, else why not."""
