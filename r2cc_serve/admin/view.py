@@ -28,6 +28,7 @@ log = logging.getLogger("r2cc_serve.admin")
 
 AGENT_TIMEOUT_S = 1.0     # one agent's answer to a read; a stuck rank must not stall the view
 ACTION_TIMEOUT_S = 10.0   # one agent's answer to an action (it may wait for in-flight chunks)
+AGENT_STALE_S = 5.0      # a rank's last answer stands in this long when it misses a poll
 AGENTS_TIMEOUT_S = 15.0   # finding the agents (vLLM worker RPC on first use)
 FIRST_VIEW_WAIT_S = 20.0  # the first request waits this long for the first picture
 BURST_S, BURST_INTERVAL_S = 1.5, 0.05  # after an action: sample every rank this often, this long
@@ -52,6 +53,7 @@ class GroupView:
         self._stop = threading.Event()
         self._refresh_lock = threading.Lock()
         self._burst_until = 0.0
+        self._last_ok: dict[tuple[str, int], tuple[float, dict]] = {}  # (group, rank) -> (when, state)
         self._client = httpx.Client(timeout=AGENT_TIMEOUT_S, trust_env=False,
                                     limits=httpx.Limits(max_keepalive_connections=64))
         self._fetch_pool = ThreadPoolExecutor(8, thread_name_prefix="r2cc-admin-fetch")
@@ -113,15 +115,24 @@ class GroupView:
         except ValueError:
             return "agent answered with malformed JSON"
 
-    def refresh(self, fresh: bool = False, timeout_s: float = AGENT_TIMEOUT_S) -> Snapshot:
+    def refresh(self, fresh: bool = False, timeout_s: float = AGENT_TIMEOUT_S, allow_stale: bool = True) -> Snapshot:
         """Read every rank's agent (blocking; call from a thread) and publish a new snapshot.
-        fresh: ask the agents to sample their rails now instead of giving their last sample."""
+        fresh: ask the agents to sample their rails now instead of giving their last sample.
+        allow_stale: a rank that misses this read keeps its last answer for AGENT_STALE_S."""
         with self._refresh_lock:
             agents = self._agents()
             results = list(self._fetch_pool.map(lambda a: self._fetch(a, fresh, timeout_s), agents))
             states, bad = {}, {}
+            now = time.monotonic()
             for a, res in zip(agents, results):
-                (states if isinstance(res, dict) else bad)[(a.group, a.rank)] = res
+                key = (a.group, a.rank)
+                if isinstance(res, dict):
+                    states[key] = res
+                    self._last_ok[key] = (now, res)
+                elif allow_stale and key in self._last_ok and now - self._last_ok[key][0] < AGENT_STALE_S:
+                    states[key] = self._last_ok[key][1]  # a busy worker answered late once: not "unreachable" yet
+                else:
+                    bad[key] = res
             self.snap = Snapshot.build(states, bad, agents)
             self.refresh_error = ""
             return self.snap
@@ -167,7 +178,7 @@ class GroupView:
     def _act(self, host: str, rail: int, action: str, force: bool) -> dict:
         # Busy workers may answer slowly: an action waits longer for them than the poller does.
         known = self.snap
-        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S)
+        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S, allow_stale=False)
         self._check_reachable(host, rail, action, snap, known)
         target = self.rail(host, rail, snap)  # 404s
         if action in ("drain", "failover") and not force and not target["fallback"]:
@@ -183,7 +194,7 @@ class GroupView:
         self._wake.set()
         if failed:
             raise ActionError(502, f"{action} reached only some ranks of {host}: {'; '.join(failed)}")
-        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S)
+        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S, allow_stale=False)
         try:
             state = self.rail(host, rail, snap)["state"]
         except ActionError:  # done, but its agents did not answer the read-back: GET /rails shows it soon

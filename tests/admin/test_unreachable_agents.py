@@ -32,3 +32,21 @@ def test_a_host_never_seen_is_404_when_every_agent_answers():
     with pytest.raises(Exception) as info:
         view._act("nohost", 0, "drain", force=False)
     assert getattr(info.value, "status", None) == 404
+
+
+def test_one_missed_poll_keeps_the_last_answer_then_the_rank_is_unreachable(monkeypatch):
+    """A worker busy with the model may miss one poll; only a longer silence is reported."""
+    from r2cc_serve.admin import view as view_mod
+
+    ref = AgentRef("127.0.0.1:1", "x", "tp:0", 0)
+    state = {"host": "h0", "rank": 0, "status": "ok", "reasons": [], "rails": [], "events": []}
+    answers = iter([state, "agent unreachable (ReadTimeout)", "agent unreachable (ReadTimeout)"])
+    v = GroupView(StaticSource([ref]))
+    monkeypatch.setattr(v, "_fetch", lambda a, fresh, timeout_s: next(answers))
+    assert v.refresh().states == {("tp:0", 0): state}
+    missed = v.refresh()
+    assert missed.states == {("tp:0", 0): state} and not missed.unreachable
+    monkeypatch.setattr(view_mod, "AGENT_STALE_S", 0.0)
+    gone = v.refresh()
+    assert not gone.states and "ReadTimeout" in gone.unreachable[("tp:0", 0)]
+    assert gone.health["status"] == "degraded"
