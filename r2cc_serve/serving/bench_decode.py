@@ -179,16 +179,10 @@ def _print(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m r2cc_serve.serving.bench_decode", description=__doc__.split("\n")[0])
-    add_arguments(p)
-    try:
-        return run(p.parse_args(argv))
-    except UserError as exc:
-        print(f"serve-bench: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("serve-bench: interrupted (everything started was cleaned up)", file=sys.stderr)
-        return 130
+    """`python -m r2cc_serve.serving.bench_decode ...` is `r2cc serve-bench ...` (same error handling)."""
+    from r2cc_serve.cli import main as cli_main
+
+    return cli_main(["serve-bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
