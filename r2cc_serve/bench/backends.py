@@ -93,7 +93,23 @@ class R2ccBackend:
         self.comm.close()
 
 
-class GlooBackend:
+class _PeerBackend:
+    """A peer library: it has no view of rails, re-sends or failovers of its own."""
+
+    def resent_bytes(self) -> int:
+        return 0
+
+    def failovers(self) -> int:
+        return 0
+
+    def rail_errors(self) -> list[str]:
+        return []
+
+    def rails_up(self) -> bool:
+        return True
+
+
+class GlooBackend(_PeerBackend):
     """torch.distributed gloo; GLOO_SOCKET_IFNAME (set by the parent) lists the rails."""
     name = "gloo"
 
@@ -120,23 +136,11 @@ class GlooBackend:
             return _outplace(out, lambda: d.reduce_scatter_tensor(out, inp))
         raise ValueError(op)
 
-    def resent_bytes(self) -> int:
-        return 0
-
-    def failovers(self) -> int:
-        return 0
-
-    def rail_errors(self) -> list[str]:
-        return []
-
-    def rails_up(self) -> bool:
-        return True
-
     def close(self) -> None:
         pass  # destroy_process_group can block on a broken group; the process exits instead
 
 
-class MpiBackend:
+class MpiBackend(_PeerBackend):
     """Open MPI through mpi4py on numpy views of the torch buffers (no copies)."""
     name = "mpi"
 
@@ -166,18 +170,6 @@ class MpiBackend:
             out = torch.empty(inp.numel() // self.world)
             return _outplace(out, lambda: c.Reduce_scatter_block(src, out.numpy(), op=MPI.SUM))
         raise ValueError(op)
-
-    def resent_bytes(self) -> int:
-        return 0
-
-    def failovers(self) -> int:
-        return 0
-
-    def rail_errors(self) -> list[str]:
-        return []
-
-    def rails_up(self) -> bool:
-        return True
 
     def close(self) -> None:
         pass
