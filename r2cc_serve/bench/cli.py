@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 
 from r2cc_serve.bench import spec
 from r2cc_serve.errors import UserError

@@ -133,3 +133,18 @@ def reference(lab, model_dir, session):
         ref = run_load(dep.url, dep.model, LOAD)
     assert not ref.failed, f"reference run had failures: {ref.summary()}"
     return ref
+
+
+def assert_serves_reference_tokens_over_every_rail(dep, reference) -> None:
+    """A load on `dep` gives the reference's tokens with no failed request, and every data rail
+    carried bytes meanwhile (the tokens really went through r2cc, striped)."""
+    from r2cc_serve.serving import evidence
+    from r2cc_serve.serving.load import compare, run_load
+
+    before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    run = run_load(dep.url, dep.model, LOAD)
+    after = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    assert not run.failed, run.summary()
+    assert compare(reference, run) == []
+    sent = evidence.diff_totals(before, after)
+    assert all(sent.get(k, {}).get("bytes_sent", 0) > 0 for k in range(4)), sent

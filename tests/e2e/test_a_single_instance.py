@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.serving import evidence
 from r2cc_serve.serving.deploy import single_instance
 from r2cc_serve.serving.faults import FaultSpec
-from r2cc_serve.serving.load import compare, run_load
 from r2cc_serve.serving.scenario import run_with_fault
 from tests.comm.harness import free_port
-from tests.e2e.conftest import LOAD, SERVE_ARGS
+from tests.e2e.conftest import LOAD, SERVE_ARGS, assert_serves_reference_tokens_over_every_rail
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +19,7 @@ def dep(lab, model_dir, session, reference):  # reference first: one deployment 
 
 
 def test_r2cc_serves_the_same_tokens_as_the_default_backend(dep, reference):
-    before = evidence.rail_totals(evidence.read_status(dep.status_dir))
-    run = run_load(dep.url, dep.model, LOAD)
-    after = evidence.rail_totals(evidence.read_status(dep.status_dir))
-    assert not run.failed, run.summary()
-    assert compare(reference, run) == []
-    # The tokens really went through r2cc, striped over every data rail.
-    sent = evidence.diff_totals(before, after)
-    assert all(sent.get(k, {}).get("bytes_sent", 0) > 0 for k in range(4)), sent
+    assert_serves_reference_tokens_over_every_rail(dep, reference)
 
 
 def test_rail_down_during_generation(dep, reference):

@@ -12,9 +12,8 @@ import pytest
 from r2cc_serve.serving import evidence
 from r2cc_serve.serving.deploy import two_nodes
 from r2cc_serve.serving.faults import FaultSpec
-from r2cc_serve.serving.load import compare, run_load
 from r2cc_serve.serving.scenario import run_with_fault
-from tests.e2e.conftest import LOAD, SERVE_ARGS
+from tests.e2e.conftest import LOAD, SERVE_ARGS, assert_serves_reference_tokens_over_every_rail
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +24,7 @@ def dep(lab, model_dir, session, reference):
 
 
 def test_two_nodes_serve_the_same_tokens_as_the_default_backend(dep, reference):
-    before = evidence.rail_totals(evidence.read_status(dep.status_dir))
-    run = run_load(dep.url, dep.model, LOAD)
-    after = evidence.rail_totals(evidence.read_status(dep.status_dir))
-    assert not run.failed, run.summary()
-    assert compare(reference, run) == []
-    sent = evidence.diff_totals(before, after)
-    assert all(sent.get(k, {}).get("bytes_sent", 0) > 0 for k in range(4)), sent
+    assert_serves_reference_tokens_over_every_rail(dep, reference)
     # Each node writes the status file of its own rank: both ranks are r2cc.
     ranks = sorted(d.get("rank") for d in evidence.read_status(dep.status_dir).values())
     assert ranks == [0, 1]
