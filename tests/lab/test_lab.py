@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -57,6 +58,15 @@ def lab2(make_lab):
 
 def reachable(lab, src, dst, rail, timeout=1.0):
     return lab.ping(src, lab.rail_ip(dst, rail), timeout)
+
+
+def comes_back(lab, src, dst, rail, within_s=5.0):
+    """Reachable again within `within_s`: a link set up needs a moment for carrier and ARP."""
+    deadline = time.monotonic() + within_s
+    while not reachable(lab, src, dst, rail):
+        if time.monotonic() > deadline:
+            return False
+    return True
 
 
 def link(status, host, rail):
@@ -137,7 +147,7 @@ def test_link_down_breaks_the_rail_and_up_restores_it(lab2):
     st = lab2.status()
     assert not link(st, 0, 1)["link_up"] and kinds(st, 0, 1) == {"down": None}
     lab2.fault(0, 1, "up")
-    assert reachable(lab2, 0, 1, 1) and lab2.status()["faults"] == []
+    assert comes_back(lab2, 0, 1, 1) and lab2.status()["faults"] == []
     # status is read from the kernel: a change made by hand shows up too
     subprocess.run(["ip", "-n", lab2.host_ns(1), "link", "set", "rail2", "down"], check=True)
     assert not link(lab2.status(), 1, 2)["link_up"]
