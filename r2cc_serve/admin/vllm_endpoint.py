@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from r2cc_serve import vllm_compat
+from r2cc_serve import envs, vllm_compat
 from r2cc_serve.admin.app import AdminState, build_router
 from r2cc_serve.admin.auth import configured_token
+from r2cc_serve.admin.priority import raise_process_priority
 from r2cc_serve.admin.sources import VllmSource
 
 log = logging.getLogger("r2cc_serve.admin")
@@ -45,6 +46,8 @@ class R2CCAdminEndpoint:
             return
         from r2cc_serve.admin.metrics import R2CCCollector
 
+        done = raise_process_priority(envs.get("R2CC_API_SERVER_NICE"))
+        (log.warning if done.startswith("not changed") else log.info)("r2cc admin: API server priority: %s", done)
         self.state.view.source = VllmSource(engine_client)
         vllm_compat.prometheus_registry().register(R2CCCollector(self.state.view))
         # Poll from now on, so /metrics has the workers' rails before anyone calls /r2cc/v1.

@@ -28,6 +28,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from r2cc_serve import envs
 from r2cc_serve.admin import probe
 from r2cc_serve.serving.deploy import single_instance, two_nodes
 from r2cc_serve.serving.load import compare, run_load
@@ -234,6 +235,10 @@ class TestSingleInstance:
         _note(f"under load, normal client: {normal}")
         _note(f"load: {load.summary}")
         assert load.summary.get("requests", 0) > 0 and load.summary.get("failed") == 0, load.summary
+        # The r2cc plugin raised the API server's priority (R2CC_API_SERVER_NICE), every thread.
+        tasks = f"/proc/{dep.procs[0].pid}/task"
+        assert {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(tasks)} == \
+            {envs.get("R2CC_API_SERVER_NICE")}
         rails, health = rt["/r2cc/v1/rails"], rt["/health"]
         # The target is p99 < 20 ms. When vLLM answers even its own /health about that
         # slowly (a loaded box), the admin read must at least not be the slow part.
