@@ -7,7 +7,10 @@ set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="0.32.0"     # keep in sync with r2cc_serve/vllm_compat.py
 TORCH_VERSION="2.13.0"
-PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input --root-user-action=ignore)
+# The root warning is silenced through the environment: as a flag, --root-user-action is an install
+# option only, and pip 23 rejects it before the subcommand ("no such option").
+export PIP_ROOT_USER_ACTION=ignore
+PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input)
 
 log() { echo "[install_vllm] $*"; }
 

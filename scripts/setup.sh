@@ -23,12 +23,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=ignore  # we are root on purpose (the lab needs it)
+# pip, minus this machine's noise about the local find-links index not holding a package;
+# pipefail keeps pip's own exit status.
+pip_install() {
+  $PY -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
 step "pip: torch 2.13.0 (CPU), build and test tools"
-$PY -m pip install -q --disable-pip-version-check "torch==2.13.0" "pybind11>=2.12" "setuptools>=68" wheel \
+pip_install "torch==2.13.0" "pybind11>=2.12" "setuptools>=68" wheel \
   pytest pytest-timeout "schemathesis>=4" mpi4py
 
 step "pip: r2cc-serve (editable) and its C++ core"
-$PY -m pip install -q --disable-pip-version-check --no-build-isolation -e ".[test,bench]"
+pip_install --no-build-isolation -e ".[test,bench]"
 $PY -c "import r2cc_serve._C" || { echo "setup.sh: the C++ core did not build" >&2; exit 1; }
 
 if [ "${R2CC_SKIP_VLLM:-0}" != 1 ] && [ -f scripts/install_vllm.sh ]; then
