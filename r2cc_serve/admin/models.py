@@ -80,7 +80,9 @@ class ActionResult(BaseModel):
     rail: int
     action: Literal["drain", "undrain", "failover", "restore"]
     ranks: list[int]
-    state: RailState
+    state: RailState | Literal["unknown"] = Field(
+        description="the rail's state read back after the action; 'unknown' when the action was done but "
+                    "the agents did not answer the read-back in time (GET /rails shows it shortly)")
 
 
 class ErrorBody(BaseModel):

@@ -50,3 +50,28 @@ def test_one_missed_poll_keeps_the_last_answer_then_the_rank_is_unreachable(monk
     gone = v.refresh()
     assert not gone.states and "ReadTimeout" in gone.unreachable[("tp:0", 0)]
     assert gone.health["status"] == "degraded"
+
+
+def _agent_state(host: str, rank: int, peer: int) -> dict:
+    rail = {"rail": 1, "interface": "rail1", "address": "10.0.0.1", "fallback": False, "state": "up", "peer": peer,
+            "bandwidth_Bps": 0.0, "rtt_s": 0.0, "bytes_sent": 0, "bytes_recv": 0, "chunks_resent": 0,
+            "bytes_resent": 0, "failovers": 0, "last_detect_s": 0.0, "last_error": "", "last_error_time": 0.0}
+    other = dict(rail, rail=0, interface="rail0")
+    return {"host": host, "rank": rank, "status": "ok", "reasons": [], "rails": [other, rail], "events": []}
+
+
+def test_an_action_whose_read_back_times_out_answers_200_with_state_unknown(monkeypatch):
+    """The action reached every rank but the agents were too busy to answer the read-back:
+    that is a success with an unknown outcome, not a server error."""
+    ref = AgentRef("127.0.0.1:1", "x", "tp:0", 0)
+    answers = iter([_agent_state("h0", 0, 1), "agent unreachable (ReadTimeout)"])
+    app = create_app(source=StaticSource([ref]), token=TOKEN)
+    view = app.state.r2cc.view
+    monkeypatch.setattr(view, "_fetch", lambda a, fresh, timeout_s: next(answers))
+    monkeypatch.setattr(view, "_post", lambda a, path: "")
+    monkeypatch.setattr(view, "start", lambda loop: None)  # no poller: this test drives every read
+    view._first.set()
+    with TestClient(app) as client:
+        r = client.post("/r2cc/v1/rails/h0/1/drain", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "unknown" and r.json()["ranks"] == [0], r.json()
