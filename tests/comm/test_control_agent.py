@@ -35,6 +35,15 @@ def agent_roundtrip(rank, world, store, status_dir):
             out["after_drain"] = state["status"], [r["state"] for r in state["rails"] if r["rail"] == 1]
             out["events"] = [(e["from"], e["to"]) for e in state["events"]]
             out["token_leaked"] = "agent_token" in state
+            # Kept-alive reads, as the admin view polls: no answer may sit out the client's delayed
+            # ACK (Nagle held the body back 40 ms per answer before TCP_NODELAY).
+            with httpx.Client(headers=auth, timeout=5, trust_env=False) as client:
+                lat = []
+                for _ in range(21):
+                    t0 = time.perf_counter()
+                    assert client.get(url + "/state").status_code == 200
+                    lat.append(time.perf_counter() - t0)
+            out["keepalive_median_s"] = sorted(lat)[10]
         store.set(f"checked/{rank}", "1")
         for r in range(world):
             store.get(f"checked/{r}")
@@ -51,4 +60,5 @@ def test_agent_serves_state_and_drains_with_token(tmp_path):
     r0 = res[0]
     assert r0["drain"]["done"] and r0["after_drain"] == ("degraded", ["drained"]), r0
     assert ("up", "drained") in r0["events"] and not r0["token_leaked"], r0
+    assert r0["keepalive_median_s"] < 0.020, r0  # a delayed-ACK stall is >= 40 ms
     assert not list(tmp_path.iterdir())  # status files removed on close
