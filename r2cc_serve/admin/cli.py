@@ -53,6 +53,21 @@ def render_table(rails: list[dict]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def _get_doc(client, url: str, key: str) -> dict:
+    """GET url and return its JSON document, which must have `key`; UserError otherwise."""
+    r = client.get(url)
+    try:
+        doc = r.json()
+    except ValueError:
+        doc = None
+    # /health answers 503 with a normal body when the group is down.
+    if not isinstance(doc, dict) or key not in doc or r.status_code not in (200, 503):
+        raise UserError(f"GET {url} answered HTTP {r.status_code} without an r2cc {key!r} document "
+                        f"({r.text[:120]!r}); is this an r2cc admin API (`r2cc admin`, or vLLM started with "
+                        "--distributed-backend r2cc)?")
+    return doc
+
+
 def _rails(args) -> int:
     import httpx
 
@@ -61,8 +76,8 @@ def _rails(args) -> int:
     client = httpx.Client(timeout=5, trust_env=False)
     try:
         while True:
-            rails = client.get(url + "/rails").json()["rails"]
-            health = client.get(url + "/health").json()
+            rails = _get_doc(client, url + "/rails", "rails")["rails"]
+            health = _get_doc(client, url + "/health", "status")
             if args.json:
                 print(json.dumps({"rails": rails, "health": health}, indent=2))
             else:

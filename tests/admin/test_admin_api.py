@@ -1,5 +1,6 @@
 """The standalone admin API as a real server process over a real 2-rank group (loopback rails)."""
 
+import json
 import os
 import statistics
 import subprocess
@@ -14,6 +15,38 @@ from tests.comm import workers
 from tests.comm.harness import free_port, run_ranks
 
 TOKEN = "test-admin-token"
+
+
+def _r2cc(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "r2cc_serve.cli", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_r2cc_rails_names_what_is_wrong_when_the_url_is_no_admin_api():
+    """Nothing listening, and a server without the r2cc API (vLLM on its default backend
+    answers 404 JSON): a one-line error and exit code 2, never a traceback."""
+    import http.server
+
+    class NotHere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"detail":"Not Found"}'
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotHere)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        for url, says in ((f"http://127.0.0.1:{srv.server_address[1]}", "HTTP 404"),
+                          (f"http://127.0.0.1:{free_port()}", "cannot reach")):
+            out = _r2cc("rails", "--url", url)
+            assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    finally:
+        srv.shutdown()
 
 
 def busy_group(rank, world, store, status_dir):
@@ -130,6 +163,18 @@ def test_admin_rails_actions_errors_metrics(admin):
     sent = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('r2cc_rail_sent_bytes_total{host="rank0"')]
     assert sent and sum(sent) > 0
     assert "r2cc_rail_failovers_total" in text and "r2cc_collective_duration_seconds_bucket" in text
+
+    # `r2cc rails`: the same view in the terminal, as a client of this server
+    table = _r2cc("rails", "--url", base)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:4] == ["HOST", "RAIL", "IFACE", "STATE"], lines[0]
+    rows = [l.split() for l in lines[1:] if l.startswith("rank")]
+    assert sorted((r[0], r[1]) for r in rows) == [(h, str(k)) for h in ("rank0", "rank1") for k in range(3)], rows
+    assert "health:" in table.stdout
+    doc = json.loads(_r2cc("rails", "--url", base, "--json").stdout)
+    assert {(r["host"], r["rail"]) for r in doc["rails"]} == {(h, k) for h in ("rank0", "rank1") for k in range(3)}
+    assert doc["health"]["status"] in ("ok", "degraded")
 
     # GET /rails latency while the group is busy (reported, not asserted)
     lat = []
