@@ -12,7 +12,11 @@ Two client-side effects dwarf the server's answer time on a loaded 2-core box, a
 were seen here: `httpx.get()` builds a new client and TLS context per call (~80 ms of CPU),
 and a normal-priority client can wait whole seconds for a CPU while vLLM's threads spin
 (seen in /proc/<pid>/task/<tid>/schedstat). --realtime probes from a SCHED_FIFO thread to
-take the second out of the numbers; print both to tell them apart.
+take the second out of the numbers; print both to tell them apart. Every probe also reads
+its own thread's run-queue wait (run_delay in /proc/thread-self/schedstat) around each
+request and reports the latency net of it: what the server and the network took, even
+from a normal-priority client (a nice-0 thread here waited up to ~1 s for a CPU while vLLM
+decoded on both cores).
 """
 
 from __future__ import annotations
@@ -39,19 +43,30 @@ def percentiles(lat_s: list[float]) -> dict:
             "max_ms": round(s[-1] * 1e3, 2)}
 
 
-def probe(client, url: str, n: int, interval_s: float) -> list[float]:
-    """Latency of n GETs of url, one at a time; UserError on a failed or non-200 answer."""
+def run_queue_wait_s() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (0.0 where the kernel does not say)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def probe(client, url: str, n: int, interval_s: float) -> list[tuple[float, float]]:
+    """(latency, this thread's run-queue wait during it) of n GETs of url, one at a time;
+    UserError on a failed or non-200 answer."""
     import httpx
 
     out = []
     for i in range(n):
+        w0 = run_queue_wait_s()
         t0 = time.perf_counter()
         try:
             r = client.get(url)
         except httpx.HTTPError as exc:
             raise UserError(f"GET {url} failed after {i} probes ({type(exc).__name__}: {exc}); "
                             "is the server still up?") from None
-        out.append(time.perf_counter() - t0)
+        out.append((time.perf_counter() - t0, run_queue_wait_s() - w0))
         if r.status_code != 200:
             raise UserError(f"GET {url} answered HTTP {r.status_code}: {r.text[:200]}")
         if interval_s:
@@ -79,7 +94,7 @@ def measure(base: str, n: int, path: str = "/r2cc/v1/rails", compare_path: str |
     """
     import httpx
 
-    lat: dict[str, list[float]] = {path: []}
+    lat: dict[str, list[tuple[float, float]]] = {path: []}
     if compare_path:
         lat[compare_path] = []
     old = _realtime_thread() if realtime else None
@@ -95,7 +110,12 @@ def measure(base: str, n: int, path: str = "/r2cc/v1/rails", compare_path: str |
     finally:
         if old is not None:
             os.sched_setscheduler(0, old[0], old[1])
-    out = {p: percentiles(v) for p, v in lat.items()}
+    out = {}
+    for p, samples in lat.items():
+        out[p] = percentiles([t for t, _ in samples])
+        # What the server and network took: the latency less the time this client waited for a CPU.
+        out[p]["net"] = percentiles([max(0.0, t - w) for t, w in samples])
+        out[p]["client_wait"] = percentiles([w for _, w in samples])
     out["loadavg"] = list(os.getloadavg())
     out["client"] = "SCHED_FIFO" if realtime else "normal"
     return out
@@ -152,9 +172,38 @@ class BackgroundLoad:
             self._proc.join(timeout=5)
 
 
+def check_served(base: str, model: str) -> None:
+    """UserError unless the server at base serves `model` (a load of 404s measures nothing)."""
+    import httpx
+
+    try:
+        r = httpx.get(base + "/v1/models", timeout=PROBE_TIMEOUT_S, trust_env=False)
+        served = [m["id"] for m in r.json()["data"]] if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        served = None
+    if served is None:
+        raise UserError(f"--load-model: {base}/v1/models did not list the served models; is this vLLM's "
+                        "OpenAI server?")
+    if model not in served:
+        raise UserError(f"--load-model {model}: {base} does not serve it; it serves {', '.join(served)}")
+
+
+def _print(out: dict) -> None:
+    for p, st in out.items():
+        if isinstance(st, dict) and "p50_ms" in st:
+            net, wait = st["net"], st["client_wait"]
+            print(f"GET {p:<16} n={st['n']:<4} p50 {st['p50_ms']:7.2f} ms  p99 {st['p99_ms']:8.2f} ms  "
+                  f"max {st['max_ms']:8.2f} ms | net of client CPU wait: p50 {net['p50_ms']:6.2f} ms  "
+                  f"p99 {net['p99_ms']:7.2f} ms | client waited p99 {wait['p99_ms']:.2f} ms")
+    print("load average: " + " ".join(f"{x:.2f}" for x in out["loadavg"]) + f"; client thread: {out['client']}")
+    if "load" in out:
+        print(f"streaming load: {out['load']}")
+
+
 def run(args) -> int:
     base = args.url.rstrip("/")
     if args.load_model:
+        check_served(base, args.load_model)
         with BackgroundLoad(base, args.load_model, args.load_concurrency, args.load_tokens) as load:
             out = measure(base, args.n, args.path, args.compare or None, args.interval, args.realtime)
         out["load"] = load.summary
@@ -163,13 +212,11 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        for p, st in out.items():
-            if isinstance(st, dict) and "p50_ms" in st:
-                print(f"GET {p:<20} n={st['n']:<5} p50 {st['p50_ms']:8.2f} ms  p99 {st['p99_ms']:8.2f} ms  "
-                      f"max {st['max_ms']:8.2f} ms")
-        print("load average: " + " ".join(f"{x:.2f}" for x in out["loadavg"]) + f"; client thread: {out['client']}")
-        if "load" in out:
-            print(f"streaming load: {out['load']}")
+        _print(out)
+    load = out.get("load")
+    if load is not None and (not load.get("requests") or load.get("failed")):
+        raise UserError(f"the streaming load did not run cleanly ({load}): the figures above were not "
+                        "taken under the load asked for")
     return 0
 
 

@@ -85,12 +85,13 @@ class Admin:
         return self.http.post(f"/r2cc/v1/rails/{host}/{rail}/{action}", headers=headers)
 
     def must(self, host: str, rail: int, action: str) -> float:
-        """POST an action that must succeed; returns the time.time() when the answer arrived."""
+        """POST an action that must succeed; returns the time.time() when it was sent (the moment
+        the operator asked: "effective within 1 s" counts from there)."""
         t0 = time.time()
         r = self.act(host, rail, action)
         assert r.status_code == 200, f"{action} {host} rail{rail}: HTTP {r.status_code} {r.text[:300]}"
         _note(f"POST {action} {host} rail{rail} answered in {time.time() - t0:.3f} s")
-        return time.time()
+        return t0
 
     def wait(self, keys: list[tuple[str, int]], states: tuple[str, ...], since: float, timeout_s: float) -> float:
         """Seconds from `since` (time.time()) until GET showed every (host, rail) in keys in one of
@@ -167,7 +168,7 @@ def check_actions_during_load(dep, h0: str, h1: str, reference) -> dict:
 
     # Drain h0 rail1: effective on both ranks within 1 s; no byte moves on it afterwards.
     drain_s = admin.wait([(h0, 1), (h1, 1)], ("drained",), admin.must(h0, 1, "drain"), timeout_s=5.0)
-    _note(f"drain of {h0} rail1 shown drained on every rank {drain_s:.3f} s after the POST returned")
+    _note(f"drain of {h0} rail1 shown drained on every rank {drain_s:.3f} s after the POST was sent")
     frozen = admin.rails()
     time.sleep(2.0)
     later = admin.rails()
@@ -192,7 +193,7 @@ def check_actions_during_load(dep, h0: str, h1: str, reference) -> dict:
 
     # Fail over h1 rail2: down on both ranks within 1 s, counted, then restored.
     fail_s = admin.wait([(h0, 2), (h1, 2)], ("down",), admin.must(h1, 2, "failover"), timeout_s=5.0)
-    _note(f"failover of {h1} rail2 shown down on every rank {fail_s:.3f} s after the POST returned")
+    _note(f"failover of {h1} rail2 shown down on every rank {fail_s:.3f} s after the POST was sent")
     after = admin.rails()
     assert after[(h1, 2)]["failovers"] > before[(h1, 2)]["failovers"], (before[(h1, 2)], after[(h1, 2)])
     m = admin.metrics()
@@ -224,10 +225,11 @@ class TestSingleInstance:
         check_actions_during_load(dep, lab.host_ns(0), lab.host_ns(1), reference)
 
     def test_admin_reads_stay_fast_under_load(self, dep):
-        """GET /r2cc/v1/rails is served from a snapshot the poller thread encodes: it must cost
-        about what vLLM's own /health costs. The load runs in a child process and the probe in
-        a SCHED_FIFO thread, so what is measured is the server, not the client waiting for a
-        CPU on a busy 2-core box (that wait, seen by a normal-priority probe, is printed too)."""
+        """GET /r2cc/v1/rails is served from a snapshot the poller thread encodes: p99 under 20 ms
+        while serving (the issue's figure). The load runs in a child process. On a busy 2-core
+        box a normal-priority client itself waits up to ~1 s for a CPU (so does vLLM's own
+        /health then), so the figure is taken net of the client's own run-queue wait, from a
+        SCHED_FIFO client and from a normal one."""
         with probe.BackgroundLoad(dep.url, dep.model, LOAD.concurrency, LOAD.max_tokens) as load:
             rt = probe.measure(dep.url, 400, realtime=True)
             normal = probe.measure(dep.url, 200)
@@ -239,10 +241,11 @@ class TestSingleInstance:
         tasks = f"/proc/{dep.procs[0].pid}/task"
         assert {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(tasks)} == \
             {envs.get("R2CC_API_SERVER_NICE")}
-        rails, health = rt["/r2cc/v1/rails"], rt["/health"]
-        # The issue's target is p99 < 20 ms. When vLLM answers even its own /health about that
-        # slowly (a loaded box), the admin read must at least not be the slow part.
-        assert rails["p99_ms"] < max(20.0, 1.5 * health["p99_ms"] + 5.0), rt
+        for got in (rt, normal):
+            rails, health = got["/r2cc/v1/rails"]["net"], got["/health"]["net"]
+            # When vLLM answers even its own /health about that slowly (some other job loads the
+            # box), the admin read must at least not be the slow part.
+            assert rails["p99_ms"] < max(20.0, 1.5 * health["p99_ms"] + 5.0), got
 
 
 @pytest.mark.slow  # a second deployment (~3 min): with -m vllm or -m slow, not in the default run
