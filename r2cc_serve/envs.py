@@ -92,6 +92,8 @@ _knob("R2CC_ADMIN_TOKEN_FILE", "", str, "File holding the admin token (used when
 _knob("R2CC_ADMIN_REFRESH_MS", 200, int, "How often the admin API refreshes its view of every rank's rails.")
 _knob("R2CC_API_SERVER_NICE", -10, int, "Nice value for vLLM's API server process with the r2cc backend, so admin "
       "reads and /health do not wait behind busy workers for a CPU (0: leave the priority alone).")
+_knob("R2CC_CONTROL_NICE", -10, int, "Nice value of each rank's control agent and rail monitor threads, so an "
+      "operator's drain or read does not wait behind the model for a CPU (0: leave them alone).")
 _knob("R2CC_MONITOR_INTERVAL_MS", 100, int, "How often rail state is sampled for events and the status file.")
 
 # --- lab ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ import logging
 from r2cc_serve import envs, vllm_compat
 from r2cc_serve.admin.app import AdminState, build_router
 from r2cc_serve.admin.auth import configured_token
-from r2cc_serve.admin.priority import raise_process_priority
+from r2cc_serve.priority import raise_process_priority
 from r2cc_serve.admin.sources import VllmSource
 
 log = logging.getLogger("r2cc_serve.admin")

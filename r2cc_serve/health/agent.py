@@ -23,6 +23,9 @@ import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from r2cc_serve import envs
+from r2cc_serve.priority import raise_thread_priority
+
 log = logging.getLogger("r2cc_serve.health")
 
 ACTIONS = ("drain", "undrain", "failover", "restore")
@@ -104,7 +107,14 @@ class ControlAgent:
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self.address = f"{host}:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="r2cc-agent", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="r2cc-agent", daemon=True)
+
+    def _serve(self) -> None:
+        # Request threads are started by this one and inherit its priority.
+        done = raise_thread_priority(envs.get("R2CC_CONTROL_NICE"))
+        if done.startswith("not changed"):
+            log.warning("r2cc control agent priority: %s (R2CC_CONTROL_NICE)", done)
+        self.server.serve_forever()
 
     def start(self) -> "ControlAgent":
         self._thread.start()

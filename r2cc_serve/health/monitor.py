@@ -14,6 +14,9 @@ import os
 import threading
 import time
 
+from r2cc_serve import envs
+from r2cc_serve.priority import raise_thread_priority
+
 log = logging.getLogger("r2cc_serve.health")
 
 MAX_EVENTS = 256
@@ -104,6 +107,8 @@ class RailMonitor:
         return snap
 
     def _run(self) -> None:
+        # Operator actions wait on _sample_lock, which this thread holds while it samples.
+        raise_thread_priority(envs.get("R2CC_CONTROL_NICE"))  # the agent logs it when not allowed
         while not self._stop.wait(self.interval_s):
             try:
                 self.refresh_now()

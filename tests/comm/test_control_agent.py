@@ -3,6 +3,7 @@
 import json
 import os
 
+from r2cc_serve import envs
 from tests.comm import workers
 from tests.comm.harness import run_ranks
 
@@ -44,6 +45,8 @@ def agent_roundtrip(rank, world, store, status_dir):
                     assert client.get(url + "/state").status_code == 200
                     lat.append(time.perf_counter() - t0)
             out["keepalive_median_s"] = sorted(lat)[10]
+            out["control_nice"] = [os.getpriority(os.PRIO_PROCESS, t.native_id)
+                                   for t in (comm.agent._thread, comm.monitor._thread)]
         store.set(f"checked/{rank}", "1")
         for r in range(world):
             store.get(f"checked/{r}")
@@ -61,4 +64,6 @@ def test_agent_serves_state_and_drains_with_token(tmp_path):
     assert r0["drain"]["done"] and r0["after_drain"] == ("degraded", ["drained"]), r0
     assert ("up", "drained") in r0["events"] and not r0["token_leaked"], r0
     assert r0["keepalive_median_s"] < 0.020, r0  # a delayed-ACK stall is >= 40 ms
+    if os.geteuid() == 0:  # agent and monitor answer before the model's threads (R2CC_CONTROL_NICE)
+        assert r0["control_nice"] == [envs.get("R2CC_CONTROL_NICE")] * 2, r0
     assert not list(tmp_path.iterdir())  # status files removed on close
