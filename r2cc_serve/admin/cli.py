@@ -26,10 +26,24 @@ def _serve(args) -> int:
     token = configured_token()
     if token is None:
         print("r2cc admin: no R2CC_ADMIN_TOKEN set: reads work, drain/failover answer 403", flush=True)
+    if not _is_loopback(args.host):
+        print(f"r2cc admin: warning: listening on {args.host}, not only on this machine: anyone who reaches it "
+              "can read rail state (mutations still need the token)", flush=True)
     app = create_app(StatusDirSource(status_dir), token)
     print(f"r2cc admin: http://{args.host}:{args.port}/r2cc/v1/rails (agents from {status_dir})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: assume it is reachable from elsewhere
 
 
 def _fmt_bytes(n: float) -> str:
