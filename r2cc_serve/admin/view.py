@@ -5,9 +5,12 @@ R2CC_ADMIN_REFRESH_MS in a thread of its own and publishes an immutable `Snapsho
 JSON of the hot reads already encoded. A GET therefore never waits on a worker round trip and
 adds almost nothing to the event loop it shares with vLLM's request handling.
 
-Actions (drain, undrain, failover, restore) run one at a time in a worker thread: a fresh
-read of every rank, the last-healthy-rail check, a POST to the agents of every rank on the
-named host, another fresh read; then the poller samples fast for a moment so that the peers'
+Actions (drain, undrain, failover, restore) run one at a time in a worker thread: the
+last-healthy-rail check on the poller's picture when every rank answered it in the last
+ACTION_PICTURE_MAX_AGE_S (else on a fresh read of every rank), then one POST to the agents
+of every rank on the named host, whose replies carry their state right after the action and
+are folded into the picture at once. One round trip to busy workers, not three: each one
+can wait for a worker's GIL. Then the poller samples fast for a moment so that the peers'
 side of the change (they learn of it through the transport) shows up at once.
 """
 
@@ -32,6 +35,7 @@ AGENT_STALE_S = 5.0      # a rank's last answer stands in this long when it miss
 AGENTS_TIMEOUT_S = 15.0   # finding the agents (vLLM worker RPC on first use)
 FIRST_VIEW_WAIT_S = 20.0  # the first request waits this long for the first picture
 BURST_S, BURST_INTERVAL_S = 1.5, 0.05  # after an action: sample every rank this often, this long
+ACTION_PICTURE_MAX_AGE_S = 1.0  # an action decides on the poller's picture when it is this recent
 
 
 class ActionError(Exception):
@@ -51,7 +55,8 @@ class GroupView:
         self._first = threading.Event()   # the first refresh has been tried
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._refresh_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()  # publishing a snapshot (never held across a fetch)
+        self._folds = 0  # actions folded in so far; a refresh that saw another count does not publish
         self._burst_until = 0.0
         self._last_ok: dict[tuple[str, int], tuple[float, dict]] = {}  # (group, rank) -> (when, state)
         self._client = httpx.Client(timeout=AGENT_TIMEOUT_S, trust_env=False,
@@ -119,10 +124,14 @@ class GroupView:
         """Read every rank's agent (blocking; call from a thread) and publish a new snapshot.
         fresh: ask the agents to sample their rails now instead of giving their last sample.
         allow_stale: a rank that misses this read keeps its last answer for AGENT_STALE_S."""
+        # Fetch without the lock: an action's fold must not wait for a slow agent's answer here.
+        folds = self._folds
+        agents = self._agents()
+        results = list(self._fetch_pool.map(lambda a: self._fetch(a, fresh, timeout_s), agents))
         with self._refresh_lock:
-            agents = self._agents()
-            results = list(self._fetch_pool.map(lambda a: self._fetch(a, fresh, timeout_s), agents))
-            states, bad = {}, {}
+            if self._folds != folds:
+                return self.snap  # an action folded newer states in meanwhile: ours may predate it
+            states, bad, carried = {}, {}, set()
             now = time.monotonic()
             for a, res in zip(agents, results):
                 key = (a.group, a.rank)
@@ -131,10 +140,21 @@ class GroupView:
                     self._last_ok[key] = (now, res)
                 elif allow_stale and key in self._last_ok and now - self._last_ok[key][0] < AGENT_STALE_S:
                     states[key] = self._last_ok[key][1]  # a busy worker answered late once: not "unreachable" yet
+                    carried.add(key)
                 else:
                     bad[key] = res
-            self.snap = Snapshot.build(states, bad, agents)
+            self.snap = Snapshot.build(states, bad, agents, carried=carried)
             self.refresh_error = ""
+            return self.snap
+
+    def _fold(self, fresh: dict) -> Snapshot:
+        """Publish the current picture with these ranks' newer states (an action's replies)."""
+        with self._refresh_lock:
+            self._folds += 1
+            now = time.monotonic()
+            for key, st in fresh.items():
+                self._last_ok[key] = (now, st)
+            self.snap = self.snap.with_states(fresh)
             return self.snap
 
     def close(self) -> None:
@@ -176,9 +196,10 @@ class GroupView:
         return await loop.run_in_executor(self._act_pool, self._act, host, rail, action, force)
 
     def _act(self, host: str, rail: int, action: str, force: bool) -> dict:
-        # Busy workers may answer slowly: an action waits longer for them than the poller does.
-        known = self.snap
-        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S, allow_stale=False)
+        known = snap = self.snap
+        if not snap.current(ACTION_PICTURE_MAX_AGE_S):
+            # Busy workers may answer slowly: an action waits longer for them than the poller does.
+            snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S, allow_stale=False)
         self._check_reachable(host, rail, action, snap, known)
         target = self.rail(host, rail, snap)  # 404s
         if action in ("drain", "failover") and not force and not target["fallback"]:
@@ -189,15 +210,15 @@ class GroupView:
                                        "?force=true if you mean it (traffic then moves to drained or fallback rails)")
         ranks = [a for a in snap.agents if snap.states.get((a.group, a.rank), {}).get("host") == host]
         replies = list(self._fetch_pool.map(lambda a: self._post(a, f"/rails/{rail}/{action}"), ranks))
-        failed = [f"rank {a.rank}: {r}" for a, r in zip(ranks, replies) if r]
+        failed = [f"rank {a.rank}: {r}" for a, r in zip(ranks, replies) if isinstance(r, str)]
+        snap = self._fold({(a.group, a.rank): r for a, r in zip(ranks, replies) if isinstance(r, dict)})
         self._burst_until = time.monotonic() + BURST_S
         self._wake.set()
         if failed:
             raise ActionError(502, f"{action} reached only some ranks of {host}: {'; '.join(failed)}")
-        snap = self.refresh(fresh=True, timeout_s=ACTION_TIMEOUT_S, allow_stale=False)
         try:
             state = self.rail(host, rail, snap)["state"]
-        except ActionError:  # done, but its agents did not answer the read-back: GET /rails shows it soon
+        except ActionError:  # done, but no reply said how it stands now: GET /rails shows it soon
             state = "unknown"
         return {"host": host, "rail": rail, "action": action, "ranks": [a.rank for a in ranks], "state": state}
 
@@ -212,11 +233,18 @@ class GroupView:
             raise ActionError(503, f"{action} {host} rail{rail} not done: the control agent of a rank on that host "
                                    f"did not answer ({who}); nothing was changed, retry in a moment")
 
-    def _post(self, a: AgentRef, path: str) -> str:
-        """'' when the agent did it, else why not."""
+    def _post(self, a: AgentRef, path: str) -> dict | str | None:
+        """The agent's state right after it did the action (None: done, but its reply had no state),
+        or why it was not done."""
         try:
             r = self._client.post(f"http://{a.address}{path}", headers={"Authorization": f"Bearer {a.token}"},
                                   timeout=ACTION_TIMEOUT_S)
         except httpx.HTTPError as exc:
             return f"agent unreachable ({type(exc).__name__})"
-        return "" if r.status_code == 200 else f"agent answered {r.status_code}: {r.text[:200]}"
+        if r.status_code != 200:
+            return f"agent answered {r.status_code}: {r.text[:200]}"
+        try:
+            state = r.json().get("state")
+        except ValueError:
+            return None
+        return state if isinstance(state, dict) else None

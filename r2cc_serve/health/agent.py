@@ -7,7 +7,8 @@ file on the host, or vLLM's own worker RPC).
 
     GET  /state                          -> the monitor's last sample (at most one interval old)
     GET  /state?fresh=1                  -> a sample taken now (the admin view asks after an action)
-    POST /rails/<rail>/<action>          -> action in drain, undrain, failover, restore
+    POST /rails/<rail>/<action>          -> action in drain, undrain, failover, restore; the reply
+                                            carries the state sampled right after it
 
 HTTP/1.1 with keep-alive: the admin view polls every rank a few times a second, and a new
 TCP connection per poll costs both sides more than the answer itself.
@@ -132,9 +133,9 @@ class ControlAgent:
             getattr(self.comm, f"{action}_rail")(rail)
         except Exception as exc:  # e.g. the group was aborted: say so instead of dropping the connection
             return 500, {"detail": f"{action} of rail{rail} failed on rank {self.monitor.rank}: {exc}"}
-        self.monitor.refresh_now()
+        state = self.state(fresh=True)  # the outcome, so the admin view needs no second round trip
         log.warning("r2cc: operator %s of rail%d on %s rank %d", action, rail, self.monitor.group, self.monitor.rank)
-        return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True}
+        return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True, "state": state}
 
     def stop(self) -> None:
         self.stopped = True
