@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from r2cc_serve import __version__, envs
-from r2cc_serve.admin.auth import configured_token, token_checker
+from r2cc_serve.admin.auth import NO_TOKEN, configured_token, token_checker
 from r2cc_serve.admin.models import ActionResult, ErrorBody, EventList, Health, Rail, RailList
 from r2cc_serve.admin.sources import StaticSource
 from r2cc_serve.admin.view import ActionError, GroupView
@@ -25,9 +25,10 @@ _ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": 
 class AdminState:
     """What the routes need; the vLLM plugin fills `view` in once the engine is up."""
 
-    def __init__(self, source=None, token: str | None = None):
+    def __init__(self, source=None, token: str | None = None, why_no_token: str = NO_TOKEN):
         self.view = GroupView(source or StaticSource([]), envs.get("R2CC_ADMIN_REFRESH_MS") / 1000.0)
         self.token = token
+        self.why_no_token = why_no_token
 
     async def ready_view(self) -> GroupView:
         await self.view.ensure_running()
@@ -40,7 +41,7 @@ def _error(exc: ActionError) -> JSONResponse:
 
 def build_router(state: AdminState) -> APIRouter:
     router = APIRouter(prefix=PREFIX, tags=["r2cc"])
-    mutating = [Depends(token_checker(state.token))]
+    mutating = [Depends(token_checker(state.token, state.why_no_token))]
     HostParam = Path(description="host name as shown by GET /rails (e.g. r2cc-h0)", max_length=200)
     RailParam = Path(ge=0, le=4096, description="rail index on that host")
     ForceParam = Query(False, description="allow draining or failing the last healthy rail of a host")

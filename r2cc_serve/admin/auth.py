@@ -22,12 +22,25 @@ def configured_token() -> str | None:
     return token or None
 
 
-def token_checker(token: str | None):
+NO_TOKEN = "no admin token is configured"
+
+
+def token_or_reason() -> tuple[str | None, str]:
+    """(token, "") or, when none can be had, (None, why): for servers that must not die over it
+    (vLLM's API server keeps serving; mutations then answer 403 with the reason)."""
+    try:
+        token = configured_token()
+    except UserError as exc:
+        return None, str(exc)
+    return token, "" if token else NO_TOKEN
+
+
+def token_checker(token: str | None, why_none: str = NO_TOKEN):
     """A FastAPI dependency that admits only `Authorization: Bearer <token>`."""
 
     def check(authorization: str | None = Header(default=None, description="Bearer <admin token>")) -> None:
         if token is None:
-            raise HTTPException(403, "mutations are disabled: no admin token is configured; set R2CC_ADMIN_TOKEN "
+            raise HTTPException(403, f"mutations are disabled: {why_none}; set R2CC_ADMIN_TOKEN "
                                      "or R2CC_ADMIN_TOKEN_FILE where the admin API runs")
         if not authorization or not hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()):
             raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer <R2CC_ADMIN_TOKEN>)",

@@ -12,7 +12,7 @@ import logging
 
 from r2cc_serve import envs, vllm_compat
 from r2cc_serve.admin.app import AdminState, build_router
-from r2cc_serve.admin.auth import configured_token
+from r2cc_serve.admin.auth import NO_TOKEN, token_or_reason
 from r2cc_serve.priority import raise_process_priority
 from r2cc_serve.admin.sources import VllmSource
 
@@ -36,7 +36,11 @@ class R2CCAdminEndpoint:
     required_tasks = None
 
     def __init__(self):
-        self.state = AdminState(token=configured_token())
+        token, why = token_or_reason()
+        if token is None and why != NO_TOKEN:
+            # Not a reason to stop serving: reads work, mutations answer 403 with this reason.
+            log.error("r2cc admin: %s; drain/failover answer 403 until it is fixed and vLLM restarted", why)
+        self.state = AdminState(token=token, why_no_token=why or NO_TOKEN)
 
     def attach_router(self, app) -> None:
         app.include_router(build_router(self.state))

@@ -43,3 +43,20 @@ def test_only_loopback_binds_count_as_local():
 
     assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
     assert not _is_loopback("0.0.0.0") and not _is_loopback("10.200.0.254") and not _is_loopback("admin.example")
+
+
+def test_inside_vllm_an_unreadable_token_file_disables_mutations_with_the_reason(tmp_path, monkeypatch):
+    """vLLM's API server must keep serving: reads work, drain answers 403 naming the file."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from r2cc_serve.admin.vllm_endpoint import R2CCAdminEndpoint
+
+    monkeypatch.delenv("R2CC_ADMIN_TOKEN", raising=False)
+    monkeypatch.setenv("R2CC_ADMIN_TOKEN_FILE", str(tmp_path / "missing"))
+    endpoint = R2CCAdminEndpoint()
+    app = FastAPI()
+    endpoint.attach_router(app)
+    with TestClient(app) as client:
+        r = client.post("/r2cc/v1/rails/h0/1/drain", headers={"Authorization": "Bearer anything"})
+        assert r.status_code == 403 and "missing: cannot read it" in r.json()["detail"], r.text
