@@ -228,8 +228,10 @@ class TestSingleInstance:
         """GET /r2cc/v1/rails is served from a snapshot the poller thread encodes: p99 under 20 ms
         while serving (the issue's figure). The load runs in a child process. On a busy 2-core
         box a normal-priority client itself waits up to ~1 s for a CPU (so does vLLM's own
-        /health then), so the figure is taken net of the client's own run-queue wait, from a
-        SCHED_FIFO client and from a normal one."""
+        /health then), so the figure is asserted from a SCHED_FIFO client, which measures the
+        server. A normal client's numbers, raw and net of its own run-queue wait, are printed:
+        the net figure still holds other client-side delays (21.8 ms once where the SCHED_FIFO
+        client saw 7.2 ms), so it informs but does not gate."""
         with probe.BackgroundLoad(dep.url, dep.model, LOAD.concurrency, LOAD.max_tokens) as load:
             rt = probe.measure(dep.url, 400, realtime=True)
             normal = probe.measure(dep.url, 200)
@@ -241,11 +243,10 @@ class TestSingleInstance:
         tasks = f"/proc/{dep.procs[0].pid}/task"
         assert {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(tasks)} == \
             {envs.get("R2CC_API_SERVER_NICE")}
-        for got in (rt, normal):
-            rails, health = got["/r2cc/v1/rails"]["net"], got["/health"]["net"]
-            # When vLLM answers even its own /health about that slowly (some other job loads the
-            # box), the admin read must at least not be the slow part.
-            assert rails["p99_ms"] < max(20.0, 1.5 * health["p99_ms"] + 5.0), got
+        rails, health = rt["/r2cc/v1/rails"], rt["/health"]
+        # When vLLM answers even its own /health about that slowly (some other job loads the
+        # box), the admin read must at least not be the slow part.
+        assert rails["p99_ms"] < max(20.0, 1.5 * health["p99_ms"] + 5.0), rt
 
 
 @pytest.mark.slow  # a second deployment (~3 min): with -m vllm or -m slow, not in the default run
