@@ -99,27 +99,31 @@ class Snapshot:
     rails_json: bytes = b""                          # GET /rails body
     health_json: bytes = b""                         # GET /health body
     carried: frozenset = frozenset()                 # (group, rank) whose state is a late rank's last answer
+    answered: float = 0.0                            # unix time of the oldest answer in it (<= updated)
 
     @classmethod
     def build(cls, states: dict, unreachable: dict, agents, updated: float | None = None,
-              carried=frozenset()) -> "Snapshot":
+              carried=frozenset(), answered: float | None = None) -> "Snapshot":
         updated = time.time() if updated is None else updated
         hosts = group_hosts(states)
         rails = [{"host": h, **r} for h, rs in hosts.items() for r in rs]
         health = group_health(states, unreachable, rails, updated)
         return cls(states, unreachable, tuple(agents), updated, hosts, rails, health,
                    json.dumps({"rails": rails, "updated": updated}).encode(), json.dumps(health).encode(),
-                   frozenset(carried))
+                   frozenset(carried), updated if answered is None else answered)
 
     def current(self, max_age_s: float) -> bool:
         """Every rank answered within max_age_s: fit to decide an action on."""
         return (bool(self.states) and not self.unreachable and not self.carried
-                and time.time() - self.updated <= max_age_s)
+                and time.time() - self.answered <= max_age_s)
 
     def with_states(self, fresh: dict) -> "Snapshot":
-        """This picture with some ranks' states replaced by newer answers (an action's replies)."""
+        """This picture with some ranks' states replaced by newer answers (an action's replies).
+        Published now, but as old as the answers it keeps."""
         unreachable = {k: v for k, v in self.unreachable.items() if k not in fresh}
-        return Snapshot.build({**self.states, **fresh}, unreachable, self.agents, carried=self.carried - set(fresh))
+        kept = set(self.states) - set(fresh)
+        return Snapshot.build({**self.states, **fresh}, unreachable, self.agents, carried=self.carried - set(fresh),
+                              answered=self.answered if kept else None)
 
     def events(self, limit: int = 100) -> list[dict]:
         evs = [e for st in self.states.values() for e in st.get("events", [])]

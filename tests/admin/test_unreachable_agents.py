@@ -1,6 +1,7 @@
 """Actions when a rank's control agent does not answer (in-process app, no group running)."""
 
 import socket
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -92,3 +93,16 @@ def test_an_outcome_nobody_reported_is_a_valid_answer():
     from r2cc_serve.admin.models import ActionResult
 
     assert ActionResult(host="h0", rail=1, action="drain", ranks=[0], state="unknown").state == "unknown"
+
+
+def test_an_actions_fold_does_not_make_the_other_ranks_answers_look_new():
+    """A fold replaces the acting ranks' states only: the picture is as old as its oldest answer,
+    so the next action re-reads the others once that is past the bound."""
+    from r2cc_serve.admin.snapshot import Snapshot
+
+    states = {("tp:0", 0): _agent_state("h0", 0, 1), ("tp:0", 1): _agent_state("h1", 1, 0)}
+    polled = Snapshot.build(states, {}, (), updated=time.time() - 2.0)
+    assert not polled.current(1.0)
+    folded = polled.with_states({("tp:0", 0): _agent_state("h0", 0, 1)})
+    assert folded.updated > polled.updated  # published now
+    assert not folded.current(1.0), "rank 1's answer is still 2 s old"
