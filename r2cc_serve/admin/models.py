@@ -81,8 +81,8 @@ class ActionResult(BaseModel):
     action: Literal["drain", "undrain", "failover", "restore"]
     ranks: list[int]
     state: RailState | Literal["unknown"] = Field(
-        description="the rail's state read back after the action; 'unknown' when the action was done but "
-                    "the agents did not answer the read-back in time (GET /rails shows it shortly)")
+        description="the rail's state as the acting ranks reported it right after the action; 'unknown' when "
+                    "the action was done but no reply said how the rail stands (GET /rails shows it shortly)")
 
 
 class ErrorBody(BaseModel):

@@ -40,7 +40,7 @@ class R2CCAdminEndpoint:
         if token is None and why != NO_TOKEN:
             # Not a reason to stop serving: reads work, mutations answer 403 with this reason.
             log.error("r2cc admin: %s; drain/failover answer 403 until it is fixed and vLLM restarted", why)
-        self.state = AdminState(token=token, why_no_token=why or NO_TOKEN)
+        self.state = AdminState(token=token, why_no_token=why)  # why is "" when there is a token
 
     def attach_router(self, app) -> None:
         app.include_router(build_router(self.state))
