@@ -7,17 +7,12 @@ set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="0.32.0"     # keep in sync with r2cc_serve/vllm_compat.py
 TORCH_VERSION="2.13.0"
-# The root warning is silenced through the environment: as a flag, --root-user-action is an install
-# option only, and pip 23 rejects it before the subcommand ("no such option").
-export PIP_ROOT_USER_ACTION=ignore
+source "$(dirname "${BASH_SOURCE[0]}")/pip_quiet.sh"
 PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input)
 
 log() { echo "[install_vllm] $*"; }
 
-# pip, minus this machine's noise about the local find-links index not holding a package.
-pip_run() {
-    "${PIP[@]}" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-}
+pip_run() { pip_quiet "${PIP[@]}" "$@"; }
 
 installed_version() {  # prints the installed version of a distribution, or nothing
     "$PYTHON" - "$1" <<'EOF'

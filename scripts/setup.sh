@@ -23,13 +23,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-export PIP_ROOT_USER_ACTION=ignore  # we are root on purpose (the lab needs it)
-# pip, minus this machine's noise about the local find-links index not holding a package;
-# pipefail keeps pip's own exit status.
-pip_install() {
-  $PY -m pip install -q --disable-pip-version-check "$@" 2>&1 \
-    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-}
+source scripts/pip_quiet.sh
+pip_install() { pip_quiet "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 step "pip: torch 2.13.0 (CPU), build and test tools"
 pip_install "torch==2.13.0" "pybind11>=2.12" "setuptools>=68" wheel \
   pytest pytest-timeout "schemathesis>=4" mpi4py
