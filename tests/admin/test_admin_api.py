@@ -22,31 +22,12 @@ def _r2cc(*args: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-def test_r2cc_rails_names_what_is_wrong_when_the_url_is_no_admin_api():
+def test_r2cc_rails_names_what_is_wrong_when_the_url_is_no_admin_api(stub_server):
     """Nothing listening, and a server without the r2cc API (vLLM on its default backend
     answers 404 JSON): a one-line error and exit code 2, never a traceback."""
-    import http.server
-
-    class NotHere(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b'{"detail":"Not Found"}'
-            self.send_response(404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotHere)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        for url, says in ((f"http://127.0.0.1:{srv.server_address[1]}", "HTTP 404"),
-                          (f"http://127.0.0.1:{free_port()}", "cannot reach")):
-            out = _r2cc("rails", "--url", url)
-            assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
-    finally:
-        srv.shutdown()
+    for url, says in ((stub_server + "/not-r2cc", "HTTP 404"), (f"http://127.0.0.1:{free_port()}", "cannot reach")):
+        out = _r2cc("rails", "--url", url)
+        assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def busy_group(rank, world, store, status_dir):
