@@ -19,7 +19,21 @@ T* ptr(uintptr_t p) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "r2cc C++ core: multi-rail transport and collectives";
-  py::register_exception<AbortedError>(m, "AbortedError", PyExc_RuntimeError);
+  // AbortedError carries the failure's kind (errors.h) as `.kind`, a string such as
+  // "rails_down"; r2cc_serve/comm/errors.py maps each kind to its Python exception.
+  static py::exception<AbortedError> aborted(m, "AbortedError", PyExc_RuntimeError);
+  static py::exception<LastRailError> last_rail(m, "LastRailError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const AbortedError& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(aborted.ptr())(e.what());
+      exc.attr("kind") = error_kind_name(e.kind());
+      PyErr_SetObject(aborted.ptr(), exc.ptr());
+    } catch (const LastRailError& e) {
+      py::set_error(last_rail, e.what());
+    }
+  });
 
   py::enum_<DType>(m, "DType")
       .value("f32", DType::kF32).value("f16", DType::kF16).value("bf16", DType::kBF16)
@@ -62,6 +76,15 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("last_error", &ConnStats::last_error)
       .def_readonly("last_error_time", &ConnStats::last_error_time);
 
+  py::class_<PeerStats>(m, "PeerStats")
+      .def_readonly("peer", &PeerStats::peer)
+      .def_readonly("stalled", &PeerStats::stalled)
+      .def_readonly("stalled_for_s", &PeerStats::stalled_for_s)
+      .def_readonly("stalls", &PeerStats::stalls)
+      .def_readonly("last_stall_s", &PeerStats::last_stall_s)
+      .def_readonly("silent_s", &PeerStats::silent_s)
+      .def_readonly("has_path", &PeerStats::has_path);
+
   py::class_<Counters>(m, "Counters")
       .def_readonly("rejected_handshakes", &Counters::rejected_handshakes)
       .def_readonly("failovers", &Counters::failovers)
@@ -82,14 +105,16 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("num_rails", &Transport::num_rails)
       .def("listen_ports", &Transport::listen_ports)
       .def("connect_all", &Transport::connect_all, gil())
-      .def("drain_rail", &Transport::drain_rail, gil())
+      .def("drain_rail", &Transport::drain_rail, py::arg("rail"), py::arg("force") = true, gil())
       .def("undrain_rail", &Transport::undrain_rail, gil())
-      .def("failover_rail", &Transport::failover_rail, gil())
+      .def("failover_rail", &Transport::failover_rail, py::arg("rail"), py::arg("force") = true, gil())
       .def("restore_rail", &Transport::restore_rail, gil())
       .def("inject_failure", &Transport::inject_failure, py::arg("peer"), py::arg("rail"), py::arg("chunks"))
-      .def("abort", &Transport::abort, gil())
+      .def("abort", [](Transport& t, const std::string& reason) { t.abort(reason); }, gil())
       .def("error", &Transport::error, gil())
+      .def("error_kind", [](const Transport& t) { return std::string(error_kind_name(t.error_kind())); }, gil())
       .def("stats", &Transport::stats, gil())
+      .def("peer_stats", &Transport::peer_stats, gil())
       .def("counters", &Transport::counters, gil())
       .def("close", &Transport::close, gil())
       .def("all_reduce", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op,

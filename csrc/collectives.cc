@@ -25,6 +25,26 @@ void check_root(const Transport& t, int root) {
                                 std::to_string(t.world()));
 }
 
+// Every call starts by describing itself (call.h), before any early return, so that
+// the ranks' collective numbers stay in step and a differing call is caught.
+void begin(Transport& t, CallOp op, DType dt, size_t count, RedOp red = RedOp::kSum, int root = CallDesc::kNoRoot) {
+  CallDesc d;
+  d.op = op;
+  d.dtype = uint8_t(dt);
+  d.redop = uint8_t(red);
+  d.root = root;
+  d.count = count;
+  t.begin_call(d);
+}
+
+void begin_bytes(Transport& t, CallOp op, size_t bytes, int root = CallDesc::kNoRoot) {
+  CallDesc d;
+  d.op = op;
+  d.root = root;
+  d.count = bytes;
+  t.begin_call(d);
+}
+
 }  // namespace
 
 namespace {
@@ -57,6 +77,7 @@ void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt,
   const size_t es = dtype_size(dt);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
+  begin(t, CallOp::kAllReduce, dt, count, op);
   if (p == 1 || count == 0) {
     if (dst != src) std::memmove(dst, src, count * es);
     return;
@@ -108,6 +129,7 @@ void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt,
 }
 
 void all_gather(Transport& t, const void* in, void* out, size_t count, DType dt) {
+  begin(t, CallOp::kAllGather, dt, count);
   const int p = t.world(), me = t.rank();
   const size_t bytes = count * dtype_size(dt);
   char* dst = static_cast<char*>(out);
@@ -122,6 +144,7 @@ void all_gather(Transport& t, const void* in, void* out, size_t count, DType dt)
 }
 
 void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType dt, RedOp op) {
+  begin(t, CallOp::kReduceScatter, dt, count, op);
   const int p = t.world(), me = t.rank();
   const size_t es = dtype_size(dt), bytes = count * es;
   const char* src = static_cast<const char*>(in);
@@ -144,6 +167,7 @@ void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType
 
 void gather(Transport& t, const void* in, void* out, size_t count, DType dt, int root) {
   check_root(t, root);
+  begin(t, CallOp::kGather, dt, count, RedOp::kSum, root);
   const int p = t.world(), me = t.rank();
   const size_t bytes = count * dtype_size(dt);
   if (me != root) {
@@ -160,6 +184,7 @@ void gather(Transport& t, const void* in, void* out, size_t count, DType dt, int
 
 void broadcast(Transport& t, void* buf, size_t bytes, int root) {
   check_root(t, root);
+  begin_bytes(t, CallOp::kBroadcast, bytes, root);
   const int p = t.world(), me = t.rank();
   if (me != root) {
     t.wait(t.post_recv(root, buf, bytes));
@@ -170,8 +195,14 @@ void broadcast(Transport& t, void* buf, size_t bytes, int root) {
   wait_all(t, ops);
 }
 
-void send(Transport& t, const void* buf, size_t bytes, int peer) { t.wait(t.post_send(peer, buf, bytes)); }
+void send(Transport& t, const void* buf, size_t bytes, int peer) {
+  begin_bytes(t, CallOp::kSend, bytes);
+  t.wait(t.post_send(peer, buf, bytes));
+}
 
-void recv(Transport& t, void* buf, size_t bytes, int peer) { t.wait(t.post_recv(peer, buf, bytes)); }
+void recv(Transport& t, void* buf, size_t bytes, int peer) {
+  begin_bytes(t, CallOp::kRecv, bytes);
+  t.wait(t.post_recv(peer, buf, bytes));
+}
 
 }  // namespace r2cc

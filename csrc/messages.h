@@ -29,6 +29,7 @@ inline size_t chunk_size_for(size_t len, size_t max_chunk, int rails) {
 struct OutMsg {
   int peer = -1;
   uint64_t seq = 0;
+  uint64_t call_seq = 0, call_desc = 0;  // the call that sent it (call.h), stamped on every frame
   const char* data = nullptr;
   std::vector<char> owned;  // copy for small sends, so the caller's buffer is free at once
   size_t len = 0, chunk = 0, nchunks = 0;
@@ -50,6 +51,8 @@ enum : uint8_t { kChunkNone = 0, kChunkClaimed = 1, kChunkDone = 2 };
 struct InMsg {
   int peer = -1;
   uint64_t seq = 0;
+  uint64_t want_seq = 0, want_desc = 0;  // the receiving call, once posted
+  uint64_t sent_seq = 0, sent_desc = 0;  // the sending call, from the first frame (known)
   size_t len = 0, chunk = 0, nchunks = 0;
   char* data = nullptr;      // where chunks land: the user's buffer or the stash
   char* user = nullptr;      // user's buffer once posted

@@ -179,7 +179,7 @@ std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::funct
 }
 
 std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
-                        const std::function<bool()>& should_stop) {
+                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress) {
   iovec iov[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
   int idx = 0;
   while (idx < 2) {
@@ -192,6 +192,7 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
     msg.msg_iov = &iov[idx];
     msg.msg_iovlen = size_t(2 - idx);
     ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w > 0 && on_progress) on_progress();
     if (w >= 0) {
       size_t left = size_t(w);
       while (idx < 2 && left >= iov[idx].iov_len) {
@@ -214,8 +215,9 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
   return "";
 }
 
-std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop) {
-  return writev_full(fd, buf, n, nullptr, 0, poll_ms, should_stop);
+std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
+                       const std::function<void()>& on_progress) {
+  return writev_full(fd, buf, n, nullptr, 0, poll_ms, should_stop, on_progress);
 }
 
 int send_space(int fd) {

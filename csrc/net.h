@@ -49,9 +49,24 @@ void tune_socket(int fd);
 // `*done` (if given) receives how many bytes were read, also when it stops early.
 std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
                       const std::function<void()>& on_progress = nullptr, size_t* done = nullptr);
-std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop);
+// `on_progress` (if given) runs after every send call that moved bytes.
+std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
+                       const std::function<void()>& on_progress = nullptr);
 std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
-                        const std::function<bool()>& should_stop);
+                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress = nullptr);
+
+// What the kernel knows of a connection's path (TCP_INFO): segments sent but not yet
+// acknowledged by the peer's kernel, and how long ago the last ACK came. A stopped peer
+// process still has a kernel that acknowledges; a dead link or a blackhole does not.
+struct PathInfo {
+  bool ok = false;  // false: the socket could not be queried
+  uint32_t unacked = 0;
+  uint32_t last_ack_recv_ms = 0;
+  uint32_t retransmits = 0;
+  uint32_t notsent_bytes = 0;  // queued, not yet sent (e.g. no route while our link is down)
+  uint32_t snd_wnd = 0;        // the peer's advertised window (0: its process stopped reading)
+};
+PathInfo path_info(int fd);
 
 // Bytes waiting in the socket's receive queue (0 on error).
 int bytes_readable(int fd);

@@ -7,7 +7,7 @@
 namespace r2cc {
 
 constexpr uint32_t kFrameMagic = 0x52324343;  // "R2CC"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: frames carry the call descriptor
 
 enum class FrameType : uint32_t {
   kData = 1,           // seq, offset, total, len payload bytes follow
@@ -15,7 +15,7 @@ enum class FrameType : uint32_t {
   kAckAll = 3,         // seq: the whole message was received
   kHeartbeat = 4,      // offset = sender's clock (ns); answered by kHeartbeatEcho
   kHeartbeatEcho = 5,  // offset = the clock value being echoed (round-trip time)
-  kAbort = 6,          // len bytes of reason follow; the group is dead
+  kAbort = 6,          // offset = ErrorKind; len bytes of reason follow; the group is dead
   kDrain = 7,          // the sender drained this rail: stop putting new chunks on it
   kUndrain = 8,
   kGoodbye = 9,  // the sender closed its communicator after flushing: not a failure
@@ -29,8 +29,10 @@ struct FrameHeader {
   uint64_t total;        // message length (kData)
   uint32_t len;          // payload bytes after the header
   uint32_t chunk_bytes;  // chunk size of the message (kData), so the receiver can index chunks
+  uint64_t call_seq = 0;   // kData: the sender's collective number (kP2PSeq for send/recv), see call.h
+  uint64_t call_desc = 0;  // kData: CallDesc::pack() of the sender's call
 };
-static_assert(sizeof(FrameHeader) == 40, "frame header must stay 40 bytes");
+static_assert(sizeof(FrameHeader) == 56, "frame header must stay 56 bytes");
 
 // Handshake, listener speaks first. Each side proves knowledge of the group secret
 // by a keyed MAC over the other side's fresh nonce; the secret never crosses the wire.

@@ -1,5 +1,6 @@
 // Transport life cycle: listening, handshakes, (re)connecting, failure handling,
-// watchdog, operator actions and stats. The byte-moving loops are in transport_io.cc.
+// operator actions and stats. The byte-moving loops are in transport_io.cc, failure
+// detection in detector.cc.
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -124,7 +125,7 @@ void Transport::connect_all(const std::vector<std::vector<std::pair<std::string,
   };
   while (!all_up() && now_ns() < deadline && error_.empty())
     done_cv_.wait_for(lk, std::chrono::milliseconds(20));
-  if (!error_.empty()) throw std::runtime_error(error_);
+  if (!error_.empty()) throw_error_locked();
   for (auto& p : peers_) {
     if (p->rank == rank_) continue;
     if (!peer_has_link_locked(*p)) {
@@ -193,7 +194,7 @@ void Transport::connector_loop() {
     enter_netns_forever(netns_);
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> g(mu_);
-    set_error_locked(e.what());
+    set_error_locked(ErrorKind::kAborted, e.what());
     return;
   }
   while (!stopping_) {
@@ -296,6 +297,8 @@ void Transport::install(Conn& c, int fd) {
   c.ctrl.clear();
   c.last_rx_ns = now_ns();
   c.last_tx_ns = 0;
+  c.tx_resume_ns = now_ns();
+  c.path_dead = false;
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(FrameHeader{kFrameMagic, uint32_t(FrameType::kDrain), 0, 0, 0, 0, 0});
   Peer& p = *peers_[c.peer];
@@ -309,6 +312,12 @@ void Transport::install(Conn& c, int fd) {
 bool Transport::peer_has_link_locked(const Peer& p) const {
   for (auto& c : p.conns)
     if (is_connected(c->state)) return true;
+  return false;
+}
+
+bool Transport::peer_has_path_locked(const Peer& p) const {
+  for (auto& c : p.conns)
+    if (is_connected(c->state) && !c->suspect) return true;
   return false;
 }
 
@@ -425,9 +434,10 @@ void Transport::flush_before_close() {
   while (!goodbyes_out() && now_ns() < bye_deadline) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
 }
 
-void Transport::set_error_locked(const std::string& reason) {
+void Transport::set_error_locked(ErrorKind kind, const std::string& reason) {
   if (!error_.empty()) return;
   error_ = reason;
+  error_kind_ = kind;
   aborted_ = true;
   for (auto& p : peers_)
     for (auto& c : p->conns)
@@ -436,9 +446,9 @@ void Transport::set_error_locked(const std::string& reason) {
   done_cv_.notify_all();
 }
 
-void Transport::abort(const std::string& reason) {
+void Transport::abort(const std::string& reason, ErrorKind kind) {
   std::lock_guard<std::mutex> g(mu_);
-  set_error_locked(reason);
+  set_error_locked(kind, reason);
 }
 
 std::string Transport::error() const {
@@ -446,125 +456,12 @@ std::string Transport::error() const {
   return error_;
 }
 
-void Transport::watchdog_loop() {
-  const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
-  // With every core busy (e.g. several ranks per host), an ordinary thread can wait
-  // hundreds of ms for a CPU; heartbeats must not, or peers see a dead rail.
-  if (opt_.watchdog_realtime) raise_thread_priority();
-  int64_t stall_end_ns = 0;
-  while (!stopping_) {
-    struct timespec ts{0, 2 * 1000000};
-    const int64_t before = now_ns();
-    nanosleep(&ts, nullptr);
-    std::lock_guard<std::mutex> g(mu_);
-    const int64_t now = now_ns();
-    // This process itself was held up (no CPU, or the lock): our readers were as
-    // late as we are, so silence measured across the stall is not the peers' fault.
-    if (now - before > timeout_ns / 2) stall_end_ns = now;
-    for (auto& p : peers_) {
-      if (p->rank == rank_ || p->closed) continue;
-      check_peer_rails_locked(*p, now, stall_end_ns);
-      for (auto& c : p->conns) {
-        send_heartbeat_locked(*c, now);
-        update_bandwidth_locked(*c, now);
-      }
-    }
-  }
+ErrorKind Transport::error_kind() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return error_kind_;
 }
 
-void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns) {
-  const int64_t timeout_ns = int64_t(opt_.rail_timeout_ms) * 1000000;
-  const int64_t peer_silence_ns = int64_t(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)) * 1000000;
-  const int64_t grace_ns = int64_t(opt_.all_down_grace_ms) * 1000000;
-  auto silence = [&](const Conn& c) { return now - std::max(c.last_rx_ns.load(), stall_end_ns); };
-  // Bytes already queued in the kernel mean the peer is alive and our reader is just
-  // slow to run: not a rail failure.
-  auto quiet = [&](const Conn& c) { return bytes_readable(c.fd) == 0; };
-  bool any_connected = false, all_quiet = true;
-  int64_t least_silence = INT64_MAX;
-  for (auto& c : p.conns) {
-    if (!is_connected(c->state)) continue;
-    any_connected = true;
-    least_silence = std::min(least_silence, silence(*c));
-    if (!quiet(*c)) all_quiet = false;
-  }
-  // One rail silent while another delivers: that rail is broken. Every rail silent at
-  // once is a stalled peer (CPU starvation) as much as a dead host: the connections
-  // are kept (TCP may still deliver) and only a silence past peer_silence + grace
-  // aborts the group, within the same bound as when every rail failed outright.
-  const bool peer_alive = any_connected && least_silence < timeout_ns;
-  auto why = [&](const Conn& c) {
-    return "no bytes from rank " + std::to_string(p.rank) + " on rail" + std::to_string(c.rail) + " for " +
-           std::to_string(silence(c) / 1000000) + " ms (link down or blackholed)";
-  };
-  for (auto& c : p.conns) {
-    if (!is_connected(c->state)) continue;
-    const int64_t silent = silence(*c);
-    const bool q = quiet(*c);
-    if (c->suspect && (!q || silent < timeout_ns)) {
-      c->suspect = false;  // it speaks again: back in service without a reconnect
-      p.cv.notify_all();
-    } else if (q && peer_alive && silent > peer_silence_ns) {
-      fail_conn_locked(*c, c->epoch.load(), why(*c));
-    } else if (q && peer_alive && silent > timeout_ns) {
-      // Fast and cheap: move its chunks now, keep the connection until it is
-      // clearly dead (a starved thread on a busy host looks the same for a while).
-      suspect_conn_locked(*c, why(*c));
-    }
-  }
-  if (!error_.empty()) return;
-  std::string detail;
-  if (any_connected && all_quiet && least_silence > peer_silence_ns + grace_ns) {
-    for (auto& c : p.conns) detail += " rail" + std::to_string(c->rail) + ": " +
-                                      (is_connected(c->state) ? why(*c) : c->st.last_error) + ";";
-  } else if (!any_connected && p.no_link_since_ns && now - p.no_link_since_ns > grace_ns) {
-    for (auto& c : p.conns) detail += " rail" + std::to_string(c->rail) + ": " + c->st.last_error + ";";
-  } else {
-    return;
-  }
-  // The first line is the same on every rank (peers adopt it through the abort
-  // frame or reach it on their own); the detail line says who saw what.
-  set_error_locked("r2cc: every rail between two ranks stayed down for more than " +
-                   std::to_string(opt_.all_down_grace_ms) +
-                   " ms: the group is aborted on all ranks. Check the NICs and links of the hosts named below "
-                   "(`r2cc lab status` in the lab), then restart the group.\nDetails: rank " +
-                   std::to_string(rank_) + " lost all " + std::to_string(num_rails()) + " rails to rank " +
-                   std::to_string(p.rank) + " (" + detail + " )");
-}
-
-void Transport::send_heartbeat_locked(Conn& c, int64_t now) {
-  // Heartbeats come from this one thread for every rail: if this process is starved
-  // of CPU, all its rails fall silent together (which peers treat leniently) instead
-  // of one rail whose writer thread happened to starve. (Room in the send buffer makes
-  // a partial write of the 40 bytes impossible; a non-empty buffer is normal: delayed
-  // TCP acks keep sent bytes there for ~40 ms.)
-  const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
-  if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns || send_space(c.fd) < 4096) return;
-  FrameHeader hb{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0};
-  const int sent = send_small_nonblocking(c.fd, &hb, sizeof(hb));
-  if (sent == 1) c.last_tx_ns = now;
-  if (sent < 0)
-    fail_conn_locked(c, c.epoch.load(),
-                     "heartbeat to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed");
-}
-
-void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
-  // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed. Only
-  // bandwidth-bound traffic counts: when the busy periods of a sample carried under
-  // half a chunk each on average (decode-sized messages), their time is round trips
-  // and scheduling, not the link's rate, and rails would look slow at random.
-  int64_t busy = c.busy_ns + (c.busy_since_ns ? now - c.busy_since_ns : 0);
-  if (busy - c.bw_ref_busy <= 20 * 1000000) return;
-  const uint64_t acked = c.acked_bytes - c.bw_ref_acked;
-  const uint64_t periods = std::max<uint64_t>(1, c.busy_periods - c.bw_ref_periods);
-  if (acked / periods >= opt_.chunk_bytes / 2) {
-    double sample = double(acked) / (double(busy - c.bw_ref_busy) * 1e-9);
-    c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : 0.7 * c.st.bandwidth_Bps + 0.3 * sample;
-  }
-  c.bw_ref_acked = c.acked_bytes;
-  c.bw_ref_busy = busy;
-  c.bw_ref_periods = c.busy_periods;
-}
+void Transport::throw_error_locked() const { throw AbortedError(error_kind_, error_); }
 
 void Transport::use_fd_locked(Conn& c, int fd) { c.fd_users[fd]++; }
 
@@ -585,9 +482,28 @@ void Transport::check_rail(int rail) const {
                             std::to_string(num_rails() - 1));
 }
 
-void Transport::drain_rail(int rail) {
+void Transport::check_last_rail_locked(int rail, const char* action) const {
+  // Healthy = takes new chunks: connected, not suspect, drained by neither side, not held.
+  const int primaries = num_rails() - opt_.fallback_rails;
+  if (rail >= primaries) return;  // a fallback rail is never the last healthy one
+  for (auto& p : peers_) {
+    if (p->rank == rank_ || p->closed) continue;
+    bool other = false;
+    for (int r = 0; r < primaries && !other; ++r) {
+      const Conn& c = *p->conns[r];
+      other = r != rail && c.state == RailState::kUp && !c.suspect && !c.peer_drained && !rail_held_[r];
+    }
+    if (!other)
+      throw LastRailError("r2cc: rail" + std::to_string(rail) + " is the last healthy rail from rank " +
+                          std::to_string(rank_) + " to rank " + std::to_string(p->rank) + "; " + action +
+                          " it with force if you mean it (traffic then moves to drained or fallback rails)");
+  }
+}
+
+void Transport::drain_rail(int rail, bool force) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
+  if (!force) check_last_rail_locked(rail, "drain");
   rail_drained_[rail] = true;
   for (auto& p : peers_)
     for (auto& c : p->conns)
@@ -611,9 +527,10 @@ void Transport::undrain_rail(int rail) {
       }
 }
 
-void Transport::failover_rail(int rail) {
+void Transport::failover_rail(int rail, bool force) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
+  if (!force) check_last_rail_locked(rail, "fail over");
   rail_held_[rail] = true;
   for (auto& p : peers_)
     for (auto& c : p->conns)
@@ -645,12 +562,34 @@ std::vector<ConnStats> Transport::stats() const {
     if (p->rank == rank_) continue;
     for (auto& c : p->conns) {
       ConnStats s = c->st;
-      s.state = c->suspect ? "down" : rail_state_name(c->state);
+      // After an abort no rail carries the group's data, whatever its socket says.
+      s.state = aborted_ ? "aborted" : c->suspect ? "down" : rail_state_name(c->state);
       s.held = rail_held_[c->rail];
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
       out.push_back(s);
     }
+  }
+  return out;
+}
+
+std::vector<PeerStats> Transport::peer_stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now = now_ns();
+  std::vector<PeerStats> out;
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    PeerStats s;
+    s.peer = p->rank;
+    s.stalled = p->stalled_since_ns != 0;
+    s.stalled_for_s = s.stalled ? double(now - p->stalled_since_ns) * 1e-9 : 0;
+    s.stalls = p->stalls;
+    s.last_stall_s = p->last_stall_s;
+    int64_t heard = 0;
+    for (auto& c : p->conns) heard = std::max(heard, c->last_rx_ns.load());
+    s.silent_s = heard ? double(now - heard) * 1e-9 : 0;
+    s.has_path = peer_has_path_locked(*p);
+    out.push_back(s);
   }
   return out;
 }
@@ -670,7 +609,10 @@ void Transport::close() {
         if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
       p->cv.notify_all();
     }
-    if (error_.empty()) error_ = "r2cc: the communicator was closed";
+    if (error_.empty()) {
+      error_ = "r2cc: the communicator was closed";
+      error_kind_ = ErrorKind::kClosed;
+    }
     done_cv_.notify_all();
   }
   for (auto& t : threads_)

@@ -10,7 +10,15 @@
 // Threads: per connection one reader and one writer (only the writer writes to the
 // socket, so a reader never blocks on a full send buffer); per transport one
 // accept thread per rail, one connector thread (re-connects failed rails) and one
-// watchdog (no-progress detection, all-rails-down abort).
+// watchdog (failure detection from path evidence, stalled-peer tracking, heartbeats).
+//
+// Failure model: a rail fails only on evidence about the path (a socket error, or
+// bytes this side sent that the peer's kernel has not acknowledged for rail_timeout_ms).
+// A peer whose kernel keeps acknowledging while its process says nothing is a stalled
+// peer (stopped, swapping, a long pause): nothing is failed or re-sent; it is reported,
+// and only a collective waiting on it past op_timeout_s fails. With no path to a peer,
+// nothing fails while no collective waits on it; one that waits gives up after
+// all_down_grace_ms (RailsDown, or PeerGone when the peer's process is gone).
 #pragma once
 
 #include <atomic>
@@ -26,9 +34,9 @@
 #include <thread>
 #include <vector>
 
+#include "call.h"
+#include "errors.h"
 #include "protocol.h"
-
-#include <stdexcept>
 
 namespace r2cc {
 
@@ -69,17 +77,22 @@ struct ConnStats {
   double last_error_time = 0;  // unix seconds
 };
 
+// What this rank knows of a peer as a whole (not per rail).
+struct PeerStats {
+  int peer = -1;
+  bool stalled = false;      // every rail silent while its host still acknowledges our bytes
+  double stalled_for_s = 0;  // how long the current stall has lasted (0 when not stalled)
+  uint64_t stalls = 0;       // stalls seen so far
+  double last_stall_s = 0;   // duration of the last stall that ended
+  double silent_s = 0;       // time since any byte came from the peer on any rail
+  bool has_path = true;      // some rail to the peer is connected and not suspect
+};
+
 struct Counters {
   uint64_t rejected_handshakes = 0;
   uint64_t failovers = 0;
   uint64_t chunks_resent = 0;
   uint64_t bytes_resent = 0;
-};
-
-// Thrown by wait() once the group is aborted (rails down, timeout, peer abort).
-class AbortedError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
 };
 
 struct OutMsg;
@@ -112,27 +125,40 @@ class Transport {
   // peer has at least one rail up (the rest keep being probed); else throws.
   void connect_all(const std::vector<std::vector<std::pair<std::string, int>>>& peer_addrs);
 
+  // Starts a call: every message posted until the next begin_call carries `d`, and the
+  // receiver checks it against its own call (call.h). Collectives are numbered; send/recv
+  // are not. Throws AbortedError(kCallMismatch) when a peer's message already here
+  // belongs to a different call under this number. Never blocks.
+  void begin_call(const CallDesc& d);
+
   // Posting never blocks. `buf` must stay valid until wait() returns for the op.
   Op post_send(int peer, const void* buf, size_t len);
   Op post_recv(int peer, void* buf, size_t len);
   // Blocks (GIL must be released by the caller) until op completes. Throws the
-  // group's error when the group was aborted, or times out after op_timeout_s.
+  // group's error when the group was aborted; aborts the group (on every rank) when the
+  // peer had no path for all_down_grace_ms while this op waited, or after op_timeout_s
+  // (naming a stalled peer when that is why).
   void wait(const Op& op);
 
-  // Operator actions on rail `rail` of this rank (all its peer connections).
-  void drain_rail(int rail);    // no new chunks; in-flight ones finish; peers told
+  // Operator actions on rail `rail` of this rank (all its peer connections). Atomic under
+  // the transport lock. Without `force`, drain and failover throw LastRailError (and change
+  // nothing) when some peer would be left with no healthy primary rail.
+  void drain_rail(int rail, bool force = true);    // no new chunks; in-flight ones finish; peers told
   void undrain_rail(int rail);
-  void failover_rail(int rail); // fail now, re-send in-flight chunks, keep it out
+  void failover_rail(int rail, bool force = true); // fail now, re-send in-flight chunks, keep it out
   void restore_rail(int rail);  // end an operator failover: probe and re-admit
-  // Test fault injector: rail `rail` to `peer` fails (as on a socket error) right
-  // after it has sent `chunks` more data chunks, i.e. with a chunk surely in flight.
+  // Test fault injector: rail `rail` to `peer` fails (as on a socket error) right after
+  // its writer thread has sent `chunks` more data chunks, i.e. with a chunk surely in
+  // flight. Chunks sent inline by the posting thread (one-chunk messages) do not count.
   void inject_failure(int peer, int rail, int64_t chunks);
 
   // Kills the group: every rank's next (or current) wait throws `reason`.
-  void abort(const std::string& reason);
+  void abort(const std::string& reason, ErrorKind kind = ErrorKind::kAborted);
   std::string error() const;
+  ErrorKind error_kind() const;
 
   std::vector<ConnStats> stats() const;
+  std::vector<PeerStats> peer_stats() const;
   Counters counters() const;
 
   // Stops all threads and closes every socket. Idempotent.
@@ -159,14 +185,27 @@ class Transport {
   void install(Conn& c, int fd);
   void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);
   bool peer_has_link_locked(const Peer& p) const;
-  void watchdog_loop();
-  void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
-  void send_heartbeat_locked(Conn& c, int64_t now);
+  bool peer_has_path_locked(const Peer& p) const;
   std::string stopped_chunk_reason() const;
-  void update_bandwidth_locked(Conn& c, int64_t now);
   void peer_closed_locked(Peer& p);
   void flush_before_close();
-  void set_error_locked(const std::string& reason);
+  void set_error_locked(ErrorKind kind, const std::string& reason);
+  void throw_error_locked() const;
+  void check_last_rail_locked(int rail, const char* action) const;
+
+  // failure detection (detector.cc)
+  void watchdog_loop();
+  void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
+  bool path_dead_locked(const Conn& c, int64_t now, int64_t stall_end_ns) const;
+  void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
+  void send_heartbeat_locked(Conn& c, int64_t now);
+  void update_bandwidth_locked(Conn& c, int64_t now);
+  void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);
+  std::string no_path_error_locked(const Peer& p, ErrorKind* kind) const;
+
+  std::function<void()> sent_progress(Conn& c) const;  // for write loops: bytes left for the kernel
+  // call descriptors (transport_io.cc)
+  void check_call_locked(Peer& p, const InMsg& m);
   void check_rail(int rail) const;
   void check_peer(int peer) const;
   void use_fd_locked(Conn& c, int fd);
@@ -210,7 +249,11 @@ class Transport {
   std::vector<bool> rail_drained_;  // operator drain of this rank's rail
   std::vector<bool> rail_held_;     // operator failover of this rank's rail
   std::string error_;
+  ErrorKind error_kind_ = ErrorKind::kNone;
   Counters counters_;
+  uint64_t call_seq_ = 0;  // collectives begun so far (the current one's number)
+  CallDesc call_desc_;     // the current call
+  uint64_t cur_seq_ = 0;   // call_seq_ for a collective, kP2PSeq for send/recv
   std::atomic<bool> stopping_{false};
   // Set with error_: from then on no thread touches a caller's buffer (callers free them
   // once wait() throws), so late bytes on a rail that comes back go aside.

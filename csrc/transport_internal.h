@@ -28,6 +28,16 @@ struct Transport::Conn {
   std::deque<std::pair<int64_t, AckItem>> acks_carried;
   std::atomic<int64_t> last_rx_ns{0};
   int64_t last_tx_ns = 0;
+  // Bytes handed to the kernel (set after the send call, by any writer). tx_resume_ns is the
+  // first send after a pause: a kernel's ACK silence only counts as path evidence once we
+  // have been sending without pause for longer than the rail timeout.
+  std::atomic<int64_t> tx_done_ns{0};
+  std::atomic<int64_t> tx_resume_ns{0};
+  bool path_dead = false;  // last check: our bytes go unacknowledged by the peer's kernel
+  // Bytes were handed to the kernel just now (any thread; no lock needed).
+  void note_tx(int64_t now, int64_t pause_ns) {
+    if (now - tx_done_ns.exchange(now) > pause_ns) tx_resume_ns.store(now);
+  }
   int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   int64_t last_probe_ns = 0;
@@ -54,6 +64,11 @@ struct Transport::Peer {
   std::vector<std::unique_ptr<Conn>> conns;          // one per rail
   std::condition_variable cv;                        // this peer's writers wait here
   int64_t no_link_since_ns = 0;                      // 0 while some rail is connected
+  int64_t no_path_since_ns = 0;                      // 0 while some rail is connected and not suspect
+  int64_t stalled_since_ns = 0;                      // the peer's process went silent (its kernel did not)
+  uint64_t stalls = 0;
+  double last_stall_s = 0;
+  int64_t last_heard_ns = 0;                         // any byte from the peer on any rail
   bool closed = false;                               // the peer closed its communicator (goodbye)
 
   bool is_done(uint64_t seq) const { return seq < done_floor || done_above.count(seq) > 0; }

@@ -10,6 +10,7 @@ namespace r2cc {
 
 namespace {
 constexpr int kPollMs = 10;
+
 constexpr size_t kMaxAcksPerWrite = 512;
 constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
 constexpr uint32_t kMaxAbortReason = 4096;
@@ -20,6 +21,50 @@ FrameHeader ctrl_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint3
 }  // namespace
 
 // ---- posting and waiting ---------------------------------------------------------
+
+std::function<void()> Transport::sent_progress(Conn& c) const {
+  const int64_t pause_ns = int64_t(opt_.rail_timeout_ms) * 1000000 / 2;
+  return [&c, pause_ns] { c.note_tx(now_ns(), pause_ns); };
+}
+
+void Transport::begin_call(const CallDesc& d) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!error_.empty()) throw_error_locked();
+  call_desc_ = d;
+  cur_seq_ = d.is_p2p() ? kP2PSeq : ++call_seq_;
+  // A peer may be a call ahead: its messages for this call may already wait here.
+  if (!d.is_p2p())
+    for (auto& p : peers_)
+      for (auto& [seq, m] : p->in)
+        if (m->known && !m->posted && m->sent_seq == cur_seq_) check_call_locked(*p, *m);
+  if (!error_.empty()) throw_error_locked();
+}
+
+void Transport::check_call_locked(Peer& p, const InMsg& m) {
+  // The sender's call (from the message's first frame) against the receiving call: the
+  // posted receive's, else this rank's current collective when it has the same number.
+  uint64_t seq = 0;
+  CallDesc mine;
+  if (m.posted) {
+    seq = m.want_seq;
+    mine = CallDesc::unpack(m.want_desc);
+  } else if (m.sent_seq != kP2PSeq && m.sent_seq == cur_seq_) {
+    seq = cur_seq_;
+    mine = call_desc_;
+  } else {
+    return;
+  }
+  const CallDesc theirs = CallDesc::unpack(m.sent_desc);
+  if (calls_match(m.sent_seq, theirs, seq, mine)) return;
+  // Lower rank first: two ranks that each catch the mismatch word it identically.
+  std::string a = "rank " + std::to_string(p.rank) + " called " + describe_call(m.sent_seq, theirs);
+  std::string b = "rank " + std::to_string(rank_) + " called " + describe_call(seq, mine);
+  if (p.rank > rank_) std::swap(a, b);
+  set_error_locked(ErrorKind::kCallMismatch,
+                   "r2cc: the ranks called different collectives: " + a + ", " + b +
+                       ". Every rank must make the same calls in the same order with the same op, dtype, shape and "
+                       "root; the group is aborted on all ranks.");
+}
 
 void Transport::check_peer(int peer) const {
   if (peer < 0 || peer >= world_ || peer == rank_)
@@ -33,11 +78,13 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   op.done_at_post = len == 0;  // nothing to move; both sides skip it alike
   if (len == 0) return op;
   std::unique_lock<std::mutex> lk(mu_);
-  if (!error_.empty()) throw AbortedError(error_);
+  if (!error_.empty()) throw_error_locked();
   Peer& p = *peers_[peer];
   auto m = std::make_shared<OutMsg>();
   m->peer = peer;
   m->seq = p.next_send_seq++;
+  m->call_seq = cur_seq_;
+  m->call_desc = call_desc_.pack();
   m->len = len;
   m->chunk = chunk_size_for(len, opt_.chunk_bytes, num_rails());
   m->nchunks = num_chunks(len, m->chunk);
@@ -82,7 +129,7 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
   c.st.bytes_sent += len;
   c.last_tx_ns = now;
   return FrameHeader{kFrameMagic, uint32_t(FrameType::kData), m.seq, uint64_t(chunk.idx) * m.chunk, m.len,
-                     uint32_t(len), uint32_t(m.chunk)};
+                     uint32_t(len), uint32_t(m.chunk), m.call_seq, m.call_desc};
 }
 
 std::string Transport::stopped_chunk_reason() const {
@@ -101,7 +148,7 @@ std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeade
   const bool owned = !m.owned.empty();
   auto stop = [&] { return stale() || (!owned && (m.done.load() || aborted_.load())); };
   std::string err = writev_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), m.data + h.offset, h.len,
-                                kPollMs, stop);
+                                kPollMs, stop, sent_progress(c));
   if (err == "stopped" && !stale()) err = stopped_chunk_reason();
   return err;
 }
@@ -162,20 +209,23 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
   op.done_at_post = len == 0;
   if (len == 0) return op;
   std::lock_guard<std::mutex> g(mu_);
-  if (!error_.empty()) throw AbortedError(error_);
+  if (!error_.empty()) throw_error_locked();
   Peer& p = *peers_[peer];
   const uint64_t seq = p.next_recv_seq++;
   auto it = p.in.find(seq);
   std::shared_ptr<InMsg> m;
   if (it != p.in.end()) {  // chunks arrived before the receive was posted
     m = it->second;
-    if (m->len != len) {
-      set_error_locked("r2cc: rank " + std::to_string(peer) + " sent " + std::to_string(m->len) + " bytes but rank " +
-                       std::to_string(rank_) + " expected " + std::to_string(len) +
-                       " (the ranks called different collectives or shapes)");
-      throw AbortedError(error_);
-    }
     m->posted = true;
+    m->want_seq = cur_seq_;
+    m->want_desc = call_desc_.pack();
+    if (m->known) check_call_locked(p, *m);
+    if (error_.empty() && m->len != len)
+      set_error_locked(ErrorKind::kCallMismatch, "r2cc: rank " + std::to_string(peer) + " sent " +
+                                                     std::to_string(m->len) + " bytes but rank " + std::to_string(rank_) +
+                                                     " expected " + std::to_string(len) +
+                                                     " (the ranks called different collectives or shapes)");
+    if (!error_.empty()) throw_error_locked();
     m->user = static_cast<char*>(buf);
     if (m->known && m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
   } else {
@@ -184,6 +234,8 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
     m->seq = seq;
     m->len = len;
     m->posted = true;
+    m->want_seq = cur_seq_;
+    m->want_desc = call_desc_.pack();
     m->user = m->data = static_cast<char*>(buf);
     p.in[seq] = m;
   }
@@ -193,30 +245,25 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
 
 void Transport::wait(const Op& op) {
   if (op.done_at_post) return;
-  const int64_t deadline = now_ns() + int64_t(opt_.op_timeout_s * 1e9);
+  const int64_t start = now_ns();
+  const int64_t deadline = start + int64_t(opt_.op_timeout_s * 1e9);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     if ((op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done)) return;
+    const int peer = op.out ? op.out->peer : op.in->peer;
+    if (error_.empty() && peers_[peer]->closed)
+      throw AbortedError(ErrorKind::kPeerGone,
+                         "r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
+                             std::to_string(rank_) + " still " + (op.out ? "sent to" : "expected data from") +
+                             " it (the ranks ran different sequences of collectives)");
+    if (error_.empty()) check_wait_locked(peer, bool(op.out), start, deadline);
     if (!error_.empty()) {
       // The caller frees its buffers once this throws: first let any thread still inside
       // one of them step out (they stop within one poll interval after the abort).
       const int64_t until = now_ns() + 200000000LL;
       while (((op.in && op.in->active_readers > 0) || (op.out && op.out->active_writers > 0)) && now_ns() < until)
         done_cv_.wait_for(lk, std::chrono::milliseconds(1));
-      throw AbortedError(error_);
-    }
-    const int peer = op.out ? op.out->peer : op.in->peer;
-    if (peers_[peer]->closed)
-      throw AbortedError("r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
-                         std::to_string(rank_) + " still " + (op.out ? "sent to" : "expected data from") +
-                         " it (the ranks ran different sequences of collectives)");
-    if (now_ns() > deadline) {
-      set_error_locked("r2cc: a transfer " + std::string(op.out ? "to" : "from") + " rank " +
-                       std::to_string(peer) + " did not finish within " +
-                       std::to_string(opt_.op_timeout_s) +
-                       " s (R2CC_OP_TIMEOUT_S): the collective timed out; a rank is stuck or the ranks called "
-                       "different collectives. The group is aborted.");
-      throw AbortedError(error_);
+      throw_error_locked();
     }
     done_cv_.wait_for(lk, std::chrono::milliseconds(50));
   }
@@ -314,6 +361,7 @@ void Transport::writer_loop(Conn& c) {
   const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
   std::vector<FrameHeader> frames;
   std::string abort_reason;
+  ErrorKind abort_kind = ErrorKind::kAborted;
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     if (!is_connected(c.state)) {
@@ -333,6 +381,7 @@ void Transport::writer_loop(Conn& c) {
       frames.clear();
       abort_reason.swap(c.ctrl_abort);
       c.ctrl_abort.clear();
+      if (!abort_reason.empty()) abort_kind = error_kind_;
       while (!c.ctrl.empty()) {
         frames.push_back(c.ctrl.front());
         c.ctrl.pop_front();
@@ -369,9 +418,11 @@ void Transport::writer_loop(Conn& c) {
         err = write_chunk(c, fd, frames, chunk, stale);
       } else {
         if (!frames.empty())
-          err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done);
+          err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
+                           sent_progress(c));
         if (err.empty() && !abort_reason.empty()) {
-          FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, 0, uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
+          FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, uint64_t(abort_kind),
+                                      uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
           err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
         }
         if (err == "stopped" && !stale()) err = stopped_chunk_reason();
@@ -447,7 +498,7 @@ void Transport::reader_loop(Conn& c) {
           err = read_full(fd, reason.data(), reason.size(), kPollMs, stale, progress);
           if (err.empty()) {
             std::lock_guard<std::mutex> g(mu_);
-            set_error_locked(reason);
+            set_error_locked(error_kind_from_wire(h.offset), reason);
           }
           break;
         }
@@ -505,10 +556,16 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
         slot->data = slot->stash.get();
       }
       m = slot;
-      if (m->len != h.total) {
-        set_error_locked("r2cc: rank " + std::to_string(c.peer) + " sent " + std::to_string(h.total) +
-                         " bytes but rank " + std::to_string(rank_) + " expected " + std::to_string(m->len) +
-                         " (the ranks called different collectives or shapes)");
+      if (!m->known) {
+        m->sent_seq = h.call_seq;
+        m->sent_desc = h.call_desc;
+        check_call_locked(p, *m);  // on a mismatch the group aborts: nothing below claims the chunk
+      }
+      if (error_.empty() && m->len != h.total) {
+        set_error_locked(ErrorKind::kCallMismatch,
+                         "r2cc: rank " + std::to_string(c.peer) + " sent " + std::to_string(h.total) +
+                             " bytes but rank " + std::to_string(rank_) + " expected " + std::to_string(m->len) +
+                             " (the ranks called different collectives or shapes)");
         return "message size mismatch";
       }
       if (!m->known) {

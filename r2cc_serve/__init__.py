@@ -2,7 +2,8 @@
 
 __version__ = "0.1.0"
 
-from r2cc_serve.errors import CollectiveTimeoutError, R2CCError, RailsDownError, UserError  # noqa: E402,F401
+from r2cc_serve.errors import (CallMismatchError, CollectiveTimeoutError, GroupAbortedError, LastRailError,  # noqa: E402,F401
+                               PeerGoneError, PeerStalledError, R2CCError, RailsDownError, UserError)
 
 
 def __getattr__(name):  # lazy: importing the package must not load torch or the C++ core

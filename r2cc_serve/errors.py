@@ -1,17 +1,61 @@
-"""Exceptions a user may see. Each message says what failed and what to do."""
+"""Exceptions a user may see. Each message says what failed and what to do.
+
+The C++ core reports a failure's kind as a value (csrc/errors.h); `comm/errors.py` maps
+each kind to one of these classes, so callers catch a type instead of parsing text.
+"""
 
 
 class R2CCError(RuntimeError):
-    """Base class of every r2cc error."""
+    """Base class of every r2cc error. `kind` names the failure ("" when not from the core)."""
+
+    kind = ""
 
 
 class UserError(R2CCError):
     """Bad input or environment; the CLI prints it without a traceback."""
 
 
-class RailsDownError(R2CCError):
-    """Every rail between two ranks stayed down past the grace period; the group is aborted."""
+class GroupAbortedError(R2CCError):
+    """The group is aborted (by abort(), an operator, or a peer): every later call raises too."""
+
+    kind = "aborted"
 
 
-class CollectiveTimeoutError(R2CCError):
+class RailsDownError(GroupAbortedError):
+    """Every rail to a peer stayed down past the grace period while a collective waited on it."""
+
+    kind = "rails_down"
+
+
+class PeerGoneError(GroupAbortedError):
+    """A peer's process is gone (closed its communicator, or its host refuses every connection)."""
+
+    kind = "peer_gone"
+
+
+class CallMismatchError(GroupAbortedError):
+    """The ranks made different calls (op, dtype, count, reduce op or root differ)."""
+
+    kind = "call_mismatch"
+
+
+class CollectiveTimeoutError(GroupAbortedError):
     """A collective did not finish within R2CC_OP_TIMEOUT_S."""
+
+    kind = "timeout"
+
+
+class PeerStalledError(CollectiveTimeoutError):
+    """The collective timed out because a peer's process stalled (its host kept acknowledging)."""
+
+    kind = "peer_stalled"
+
+
+class CommunicatorClosedError(GroupAbortedError):
+    """The communicator was closed; it cannot run collectives any more."""
+
+    kind = "closed"
+
+
+class LastRailError(R2CCError):
+    """An operator action would take away the last healthy rail to a peer; nothing was changed."""

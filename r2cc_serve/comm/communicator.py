@@ -227,16 +227,21 @@ class Communicator:
     def num_rails(self) -> int:
         return len(self.rail_ips)
 
-    def drain_rail(self, rail: int) -> None:
-        """No new chunks on `rail` (both directions, all peers); in-flight ones finish."""
-        self._t.drain_rail(self._check_rail(rail))
+    def drain_rail(self, rail: int, force: bool = True) -> None:
+        """No new chunks on `rail` (both directions, all peers); in-flight ones finish.
+        force=False: raise LastRailError (changing nothing) when it is some peer's last healthy rail;
+        the check and the action are one step, whatever else runs at the same time."""
+        with translate_errors():
+            self._t.drain_rail(self._check_rail(rail), force)
 
     def undrain_rail(self, rail: int) -> None:
         self._t.undrain_rail(self._check_rail(rail))
 
-    def failover_rail(self, rail: int) -> None:
-        """Treat `rail` as failed now: its in-flight chunks move to the other rails; kept out until restore_rail."""
-        self._t.failover_rail(self._check_rail(rail))
+    def failover_rail(self, rail: int, force: bool = True) -> None:
+        """Treat `rail` as failed now: its in-flight chunks move to the other rails; kept out until restore_rail.
+        force=False: as for drain_rail."""
+        with translate_errors():
+            self._t.failover_rail(self._check_rail(rail), force)
 
     def restore_rail(self, rail: int) -> None:
         self._t.restore_rail(self._check_rail(rail))
@@ -260,6 +265,18 @@ class Communicator:
             out[-1]["address"] = self.rail_ips[s.rail]
             out[-1]["interface"] = self.rail_names[s.rail]
         return out
+
+    def peer_stats(self) -> list[dict]:
+        """One dict per peer: whether it is stalled (its process silent while its host still
+        acknowledges: nothing is failed over for that), for how long, and whether a path exists."""
+        return [{k: getattr(s, k) for k in ("peer", "stalled", "stalled_for_s", "stalls", "last_stall_s", "silent_s",
+                                            "has_path")} for s in self._t.peer_stats()]
+
+    def error_kind(self) -> str:
+        """Kind of the group's error ("" while healthy): rails_down, peer_stalled, peer_gone,
+        call_mismatch, timeout, closed or aborted."""
+        kind = self._t.error_kind()
+        return "" if kind == "none" else kind
 
     def counters(self) -> dict:
         c = self._t.counters()

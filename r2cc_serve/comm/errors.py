@@ -1,10 +1,15 @@
-"""Maps the C++ core's errors to the r2cc exception types users catch."""
+"""Maps the C++ core's errors to the r2cc exception types users catch (by kind, not by text)."""
 
 from __future__ import annotations
 
 import contextlib
 
-from r2cc_serve.errors import CollectiveTimeoutError, R2CCError, RailsDownError
+from r2cc_serve.errors import (CallMismatchError, CollectiveTimeoutError, CommunicatorClosedError, GroupAbortedError,
+                               LastRailError, PeerGoneError, PeerStalledError, R2CCError, RailsDownError)
+
+BY_KIND: dict[str, type[GroupAbortedError]] = {cls.kind: cls for cls in (
+    GroupAbortedError, RailsDownError, PeerGoneError, CallMismatchError, CollectiveTimeoutError, PeerStalledError,
+    CommunicatorClosedError)}
 
 
 @contextlib.contextmanager
@@ -14,12 +19,9 @@ def translate_errors():
     try:
         yield
     except _C.AbortedError as exc:
-        msg = str(exc)
-        if "every rail between two ranks" in msg:
-            raise RailsDownError(msg) from None
-        if "timed out" in msg:
-            raise CollectiveTimeoutError(msg) from None
-        raise R2CCError(msg) from None
+        raise BY_KIND.get(getattr(exc, "kind", ""), GroupAbortedError)(str(exc)) from None
+    except _C.LastRailError as exc:
+        raise LastRailError(str(exc)) from None
     except (ValueError, IndexError) as exc:  # std::invalid_argument / out_of_range from the core
         raise R2CCError(str(exc)) from None
     except RuntimeError as exc:

@@ -1,0 +1,213 @@
+// Failure detection. One watchdog thread per transport sends every rail's heartbeats,
+// samples bandwidth and judges each rail from evidence about its path; waiters judge
+// whether a collective can still finish (no path past the grace period, timeout).
+//
+// Evidence, strongest first: a socket error (reader/writer fail the rail at once); bytes
+// we sent that the peer's kernel has not acknowledged for rail_timeout_ms while we kept
+// sending (TCP_INFO) — a dead link or a blackhole. Silence of the peer's process alone is
+// not evidence: a stopped or starved process still has a kernel that acknowledges.
+#include <time.h>
+
+#include <algorithm>
+
+#include "net.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+namespace {
+int64_t ms_ns(int ms) { return int64_t(ms) * 1000000; }
+std::string secs(int64_t ns) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f", double(ns) * 1e-9);
+  return buf;
+}
+}  // namespace
+
+void Transport::watchdog_loop() {
+  const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
+  // With every core busy (e.g. several ranks per host), an ordinary thread can wait
+  // hundreds of ms for a CPU; heartbeats must not, or peers see a silent rail.
+  if (opt_.watchdog_realtime) raise_thread_priority();
+  int64_t stall_end_ns = 0;
+  while (!stopping_) {
+    struct timespec ts{0, 2 * 1000000};
+    const int64_t before = now_ns();
+    nanosleep(&ts, nullptr);
+    std::lock_guard<std::mutex> g(mu_);
+    const int64_t now = now_ns();
+    // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
+    // neither the peers' silence nor their kernels' silence across the stall is evidence.
+    if (now - before > timeout_ns / 2) stall_end_ns = now;
+    for (auto& p : peers_) {
+      if (p->rank == rank_ || p->closed) continue;
+      check_peer_rails_locked(*p, now, stall_end_ns);
+      for (auto& c : p->conns) {
+        send_heartbeat_locked(*c, now);
+        update_bandwidth_locked(*c, now);
+      }
+    }
+  }
+}
+
+bool Transport::path_dead_locked(const Conn& c, int64_t now, int64_t stall_end_ns) const {
+  const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
+  // Judge only after sending without pause for a whole timeout: after a pause of ours the
+  // first bytes may wait for the peer's delayed ACK, which is not the path's fault.
+  if (now - std::max(c.tx_resume_ns.load(), stall_end_ns) <= timeout_ns) return false;
+  const PathInfo pi = path_info(c.fd);
+  if (!pi.ok || int64_t(pi.last_ack_recv_ms) * 1000000 <= timeout_ns) return false;
+  // Sent and unacknowledged, or stuck unsent with the peer's window open (no route: our
+  // own link is down). A zero window is a peer process that stopped reading: not the path.
+  return pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
+}
+
+void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns) {
+  const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
+  const int64_t fail_ns = ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms));
+  bool any_connected = false, all_silent = true, any_dead = false;
+  int64_t least_silence = INT64_MAX;  // raw: since the peer last spoke on any connected rail
+  for (auto& cp : p.conns) {
+    Conn& c = *cp;
+    if (!is_connected(c.state)) {
+      c.path_dead = false;
+      continue;
+    }
+    any_connected = true;
+    p.last_heard_ns = std::max(p.last_heard_ns, c.last_rx_ns.load());
+    least_silence = std::min(least_silence, now - c.last_rx_ns.load());
+    const int64_t silent = now - std::max(c.last_rx_ns.load(), stall_end_ns);
+    // Bytes already queued in the kernel: the peer spoke, our reader is just slow to run.
+    const bool hears = silent < timeout_ns || bytes_readable(c.fd) > 0;
+    if (hears) all_silent = false;
+    c.path_dead = !hears && path_dead_locked(c, now, stall_end_ns);
+    if (c.path_dead) {
+      any_dead = true;
+      const PathInfo pi = path_info(c.fd);
+      const std::string why = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank) +
+                              ": no bytes for " + std::to_string(silent / 1000000) +
+                              " ms and none of ours acknowledged by its host for " +
+                              std::to_string(pi.last_ack_recv_ms) + " ms (link down or blackholed)";
+      // Suspect at once (its chunks move to the other rails, cheap and reversible); fail
+      // the connection for good only when the path stays dead.
+      if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), why);
+      else suspect_conn_locked(c, why);
+    } else if (c.suspect) {
+      c.suspect = false;  // its path carries bytes again: back in service without a reconnect
+      p.cv.notify_all();
+    }
+  }
+  track_stall_locked(p, now, any_connected && all_silent && !any_dead, least_silence);
+  if (peer_has_path_locked(p)) p.no_path_since_ns = 0;
+  else if (!p.no_path_since_ns) p.no_path_since_ns = now;
+}
+
+void Transport::track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence) {
+  // Every rail quiet while the paths are fine: the peer's process is not running (stopped,
+  // swapping, throttled). Reported after peer_silence_ms so a busy moment is not a stall.
+  const int64_t stall_ns = ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms));
+  if (silent_alive && least_silence > stall_ns) {
+    if (!p.stalled_since_ns) {
+      p.stalled_since_ns = now - least_silence;
+      p.stalls++;
+    }
+  } else if (p.stalled_since_ns && !silent_alive) {
+    p.last_stall_s = double(now - p.stalled_since_ns) * 1e-9;
+    p.stalled_since_ns = 0;
+  }
+}
+
+void Transport::send_heartbeat_locked(Conn& c, int64_t now) {
+  // Heartbeats come from this one thread for every rail: the peer hears us while our
+  // writers are busy or starved, and our kernel always has fresh bytes for the peer's
+  // kernel to acknowledge (the path evidence above). Room in the send buffer makes a
+  // partial write of one frame impossible.
+  const int64_t hb_ns = ms_ns(opt_.heartbeat_ms);
+  if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns || send_space(c.fd) < 4096) return;
+  FrameHeader hb{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0};
+  const int sent = send_small_nonblocking(c.fd, &hb, sizeof(hb));
+  if (sent == 1) {
+    c.last_tx_ns = now;
+    c.note_tx(now, ms_ns(opt_.rail_timeout_ms) / 2);
+  }
+  if (sent < 0)
+    fail_conn_locked(c, c.epoch.load(),
+                     "heartbeat to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed");
+}
+
+void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
+  // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed. Only
+  // bandwidth-bound traffic counts: when the busy periods of a sample carried under
+  // half a chunk each on average (decode-sized messages), their time is round trips
+  // and scheduling, not the link's rate, and rails would look slow at random.
+  int64_t busy = c.busy_ns + (c.busy_since_ns ? now - c.busy_since_ns : 0);
+  if (busy - c.bw_ref_busy <= 20 * 1000000) return;
+  const uint64_t acked = c.acked_bytes - c.bw_ref_acked;
+  const uint64_t periods = std::max<uint64_t>(1, c.busy_periods - c.bw_ref_periods);
+  if (acked / periods >= opt_.chunk_bytes / 2) {
+    double sample = double(acked) / (double(busy - c.bw_ref_busy) * 1e-9);
+    c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : 0.7 * c.st.bandwidth_Bps + 0.3 * sample;
+  }
+  c.bw_ref_acked = c.acked_bytes;
+  c.bw_ref_busy = busy;
+  c.bw_ref_periods = c.busy_periods;
+}
+
+// ---- verdicts of a waiting collective -------------------------------------------------
+
+std::string Transport::no_path_error_locked(const Peer& p, ErrorKind* kind) const {
+  // A host that refuses or resets every connection is up; its r2cc process is not.
+  bool all_refused = true;
+  std::string detail;
+  for (auto& c : p.conns) {
+    const std::string& e = c->st.last_error;
+    detail += " rail" + std::to_string(c->rail) + ": " + (e.empty() ? rail_state_name(c->state) : e) + ";";
+    if (e.find("refused") == std::string::npos && e.find("closed by peer") == std::string::npos &&
+        e.find("reset") == std::string::npos)
+      all_refused = false;
+  }
+  const std::string where = "\nDetails: rank " + std::to_string(rank_) + " lost all " + std::to_string(num_rails()) +
+                            " rails to rank " + std::to_string(p.rank) + " (" + detail + " )";
+  // The first line is the same on every rank (peers adopt it through the abort frame or
+  // reach it on their own); the detail line says who saw what.
+  if (all_refused) {
+    *kind = ErrorKind::kPeerGone;
+    return "r2cc: a rank's process is gone (its host refused or closed every rail connection) while a "
+           "collective waited on it: the group is aborted on all ranks. Restart the group." + where;
+  }
+  *kind = ErrorKind::kRailsDown;
+  return "r2cc: every rail between two ranks stayed down for more than " + std::to_string(opt_.all_down_grace_ms) +
+         " ms while a collective waited: the group is aborted on all ranks. Check the NICs and links of the hosts "
+         "named below (`r2cc lab status` in the lab), then restart the group." + where;
+}
+
+void Transport::check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns) {
+  const Peer& p = *peers_[peer];
+  const int64_t now = now_ns();
+  // No path and a collective waiting on it: give the rails the grace period to come back
+  // (counted from when this wait began or the path went, whichever is later).
+  if (p.no_path_since_ns && now - std::max(p.no_path_since_ns, wait_start_ns) > ms_ns(opt_.all_down_grace_ms)) {
+    ErrorKind kind;
+    const std::string msg = no_path_error_locked(p, &kind);
+    set_error_locked(kind, msg);
+    return;
+  }
+  if (now <= deadline_ns) return;
+  const std::string what = std::string("a transfer ") + (sending ? "to" : "from") + " rank " + std::to_string(peer) +
+                           " did not finish within " + secs(int64_t(opt_.op_timeout_s * 1e9)) +
+                           " s (R2CC_OP_TIMEOUT_S)";
+  if (p.stalled_since_ns) {
+    set_error_locked(ErrorKind::kPeerStalled,
+                     "r2cc: rank " + std::to_string(peer) + " is stalled: " + what + ", and for " +
+                         secs(now - p.stalled_since_ns) +
+                         " s it sent nothing on any rail while its host kept acknowledging our bytes. The network is "
+                         "fine; that process is stopped, paused or stuck (check it, e.g. `ps -o stat,pid`: T means "
+                         "stopped). The group is aborted; restart it.");
+  } else {
+    set_error_locked(ErrorKind::kTimeout,
+                     "r2cc: " + what + ": the collective timed out; a rank is stuck or the ranks called different "
+                     "collectives. The group is aborted.");
+  }
+}
+
+}  // namespace r2cc

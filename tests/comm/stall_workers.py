@@ -1,0 +1,127 @@
+"""Rank functions for stalled peers, idle outages and mismatched calls (spawned: top-level)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import torch
+
+from tests.comm.workers import bits_equal, make_input, open_comm, reference_reduce
+
+
+def _barrier(store, name, rank, world):
+    store.set(f"{name}/{rank}", "1")
+    for r in range(world):
+        store.get(f"{name}/{r}")
+
+
+def stopped_peer(rank, world, store, stop_s, opts):
+    """Rank 0 stops rank 1 (SIGSTOP) for stop_s while both run 4 KiB and 1 MiB all_reduces.
+
+    A stopped process is not a dead network: nothing may fail over or abort, the results stay
+    exact, and rank 0 reports rank 1 as stalled (with its rails still up) while it lasts."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        store.set(f"pid/{rank}", str(os.getpid()))
+        sizes = (1024, 1 << 18)
+        inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
+        wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
+        _barrier(store, "go", rank, world)
+        seen = {}
+        if rank == 0:
+            victim = int(store.get("pid/1"))
+
+            def stop_and_go():
+                os.kill(victim, signal.SIGSTOP)
+                try:
+                    time.sleep(stop_s * 0.8)
+                    stalled = [p for p in comm.peer_stats() if p["peer"] == 1][0]
+                    seen.update(stalled=stalled, states=sorted({s["state"] for s in comm.rail_stats()}))
+                    time.sleep(stop_s * 0.2)
+                finally:
+                    os.kill(victim, signal.SIGCONT)
+
+            stopper = threading.Thread(target=stop_and_go)
+            stopper.start()
+        bad = done = 0
+        t0 = time.time()
+        while time.time() - t0 < stop_s + 1.5:
+            n = sizes[done % 2]
+            bad += not bits_equal(comm.all_reduce(inputs[n][rank].clone()), wants[n])
+            done += 1
+        if rank == 0:
+            stopper.join()
+        _barrier(store, "end", rank, world)
+        stats = comm.rail_stats()
+        peer = comm.peer_stats()
+        return {"bad": bad, "done": done, "failovers": sum(s["failovers"] for s in stats),
+                "resent": sum(s["chunks_resent"] for s in stats), "states": sorted({s["state"] for s in stats}),
+                "seen": seen, "stalls": sum(p["stalls"] for p in peer),
+                "last_stall_s": max(p["last_stall_s"] for p in peer), "error": comm.error()}
+    finally:
+        comm.close()
+
+
+def idle_outage_heals(rank, world, store, outage_s, opts):
+    """Rank 0 fails over every rail while no collective runs, longer than the grace period,
+    then restores them: nothing fails, and the next collectives are exact."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = [make_input(r, 1 << 16, torch.float32) for r in range(world)]
+        want = reference_reduce(x, "sum")
+        ok = bits_equal(comm.all_reduce(x[rank].clone()), want)
+        _barrier(store, "idle", rank, world)
+        if rank == 0:
+            for rail in range(comm.num_rails):
+                comm.failover_rail(rail)
+        time.sleep(outage_s)
+        no_path = [p["has_path"] for p in comm.peer_stats()]
+        error_during = comm.error()
+        if rank == 0:
+            for rail in range(comm.num_rails):
+                comm.restore_rail(rail)
+        _barrier(store, "restored", rank, world)
+        ok = all(bits_equal(comm.all_reduce(x[rank].clone()), want) for _ in range(20)) and ok
+        return {"ok": ok, "had_path_during": no_path, "error_during": error_during, "error": comm.error()}
+    finally:
+        comm.close()
+
+
+MISMATCHES = {
+    # name: (rank 0's call, rank 1's call) as (method, args) over fresh tensors
+    "dtype": (("all_reduce", torch.float32, 100, {}), ("all_reduce", torch.int32, 100, {})),
+    "dtype_and_count": (("all_reduce", torch.float32, 100, {}), ("all_reduce", torch.float16, 200, {})),
+    "op": (("all_gather", torch.float32, 200, {}), ("reduce_scatter", torch.float32, 400, {})),
+    "reduce_op": (("all_reduce", torch.float32, 100, {"op": "sum"}), ("all_reduce", torch.float32, 100, {"op": "max"})),
+    "root": (("broadcast", torch.float32, 100, {"src": 0}), ("broadcast", torch.float32, 100, {"src": 1})),
+}
+
+
+def mismatched_call(rank, world, store, case, opts):
+    """Ranks make different calls whose bytes match; every rank must get CallMismatchError
+    (from that call or, when it could return correctly on its own, the next one), fast."""
+    from r2cc_serve.errors import CallMismatchError
+
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        comm.all_reduce(torch.ones(8))  # a good call first: numbering starts in step
+        method, dtype, n, kw = MISMATCHES[case][rank]
+        t = (torch.arange(n) + rank).to(dtype)
+        _barrier(store, "go", rank, world)
+        t0 = time.time()
+        raised_by = None
+        returned = None
+        try:
+            returned = getattr(comm, method)(t, **kw)
+            comm.all_reduce(torch.ones(8))
+        except CallMismatchError as exc:
+            raised_by = "call" if returned is None else "next"
+            return {"raised": raised_by, "after_s": time.time() - t0, "msg": str(exc), "kind": comm.error_kind()}
+        except Exception as exc:
+            return {"raised": type(exc).__name__, "after_s": time.time() - t0, "msg": str(exc)}
+        return {"raised": None, "returned": returned.tolist()[:4]}
+    finally:
+        comm.close()
