@@ -8,7 +8,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 
 from r2cc_serve import __version__, envs
 from r2cc_serve.admin.auth import NO_TOKEN, configured_token, token_checker
@@ -39,8 +42,24 @@ def _error(exc: ActionError) -> JSONResponse:
     return JSONResponse(status_code=exc.status, content={"detail": exc.detail})
 
 
+class _Route(APIRoute):
+    """Malformed input answers 422 with FastAPI's detail wherever the router is mounted: vLLM's
+    API server turns validation errors into 400 app-wide, which is not what the API promises."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def handle(request):
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return JSONResponse(status_code=422, content={"detail": jsonable_encoder(exc.errors())})
+
+        return handle
+
+
 def build_router(state: AdminState) -> APIRouter:
-    router = APIRouter(prefix=PREFIX, tags=["r2cc"])
+    router = APIRouter(prefix=PREFIX, tags=["r2cc"], route_class=_Route)
     mutating = [Depends(token_checker(state.token, state.why_no_token))]
     HostParam = Path(description="host name as shown by GET /rails (e.g. r2cc-h0)", max_length=200)
     RailParam = Path(ge=0, le=4096, description="rail index on that host")

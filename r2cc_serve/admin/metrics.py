@@ -48,12 +48,31 @@ class R2CCCollector:
             fails.add_metric(lv, r["failovers"])
             detect.add_metric(lv, r["detection_s"])
         yield from (up, state, bw, rtt, sent, recv, resent, fails, detect)
+        yield from self._peers(snap)
         yield self._durations(snap)
         health = GaugeMetricFamily("r2cc_health_status", "1 for the group's current health", labels=["status"])
         current = snap.health["status"]
         for s in ("ok", "degraded", "down"):
             health.add_metric([s], 1.0 if s == current else 0.0)
         yield health
+
+    @staticmethod
+    def _peers(snap):
+        """Stalled peers as each host sees them: a process silent while its host acknowledges."""
+        labels = ["host", "peer"]
+        stalled = GaugeMetricFamily("r2cc_peer_stalled", "1 while the peer's process is stalled (no failover: "
+                                    "its host still acknowledges)", labels=labels)
+        seconds = GaugeMetricFamily("r2cc_peer_stalled_seconds", "how long the current stall has lasted",
+                                    labels=labels)
+        stalls = CounterMetricFamily("r2cc_peer_stalls", "stalls of the peer's process seen so far", labels=labels)
+        host_of = {k: st["host"] for k, st in snap.states.items()}
+        for (group, _), st in sorted(snap.states.items()):
+            for p in st.get("peers", []):
+                lv = [st["host"], host_of.get((group, p["peer"]), f"rank{p['peer']}")]
+                stalled.add_metric(lv, 1.0 if p["stalled"] else 0.0)
+                seconds.add_metric(lv, p["stalled_for_s"])
+                stalls.add_metric(lv, p["stalls"])
+        return stalled, seconds, stalls
 
     @staticmethod
     def _durations(snap):

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
-RailState = Literal["up", "degraded", "draining", "drained", "down", "recovering", "connecting"]
+RailState = Literal["up", "degraded", "draining", "drained", "down", "recovering", "connecting", "aborted"]
 
 
 class Connection(BaseModel):
@@ -61,8 +61,10 @@ class Event(BaseModel):
     node: int
     host: str
     peer: int
-    rail: int
-    address: str
+    kind: Literal["rail", "peer"] = Field("rail", description="rail: a rail changed state; peer: the peer's "
+                                          "process stalled (silent while its host acknowledges) or resumed")
+    rail: Optional[int] = Field(description="the rail (null for peer events)")
+    address: Optional[str]
     to: str
     error: str
     detect_s: Optional[float]

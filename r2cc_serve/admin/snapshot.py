@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 # Worst first: a rail shown for a host takes the worst state of its connections.
-STATE_ORDER = ["down", "recovering", "connecting", "draining", "drained", "degraded", "up"]
+STATE_ORDER = ["aborted", "down", "recovering", "connecting", "draining", "drained", "degraded", "up"]
 HEALTHY = ("up", "degraded")
 
 

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass
+
+from r2cc_serve.health.liveness import process_alive
+
+log = logging.getLogger("r2cc_serve.admin")
+LEGACY_STALE_S = 600.0  # a file without its writer's identity is a leftover once this old
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,8 @@ class StaticSource:
 
 
 class StatusDirSource:
-    """Every `<group>-rank<r>.json` in a status directory (R2CC_STATUS_DIR)."""
+    """Every `<group>-rank<r>.json` in a status directory (R2CC_STATUS_DIR) whose writer still
+    runs. A dead rank's leftover (SIGKILL leaves it behind) is removed, not called forever."""
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -51,10 +59,26 @@ class StatusDirSource:
             try:
                 with open(path) as f:
                     st = json.load(f)
+                if self._leftover(path, st):
+                    continue
                 out.append(AgentRef(st["agent_address"], st["agent_token"], st["group"], int(st["rank"])))
             except (OSError, ValueError, KeyError):
                 continue  # being rewritten or not ours: the next refresh sees it
         return out
+
+
+    @staticmethod
+    def _leftover(path: str, st: dict) -> bool:
+        ident = st.get("process")
+        gone = (not process_alive(ident)) if ident else time.time() - os.path.getmtime(path) > LEGACY_STALE_S
+        if gone:
+            log.warning("r2cc admin: %s was left by a rank that is gone (%s); removing it", path,
+                        f"pid {ident['pid']} no longer runs" if ident else "no update for 10 min")
+            try:
+                os.unlink(path)
+            except OSError:
+                pass  # not ours to remove: skipping it is enough
+        return gone
 
 
 class VllmSource:

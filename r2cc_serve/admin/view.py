@@ -9,7 +9,8 @@ Actions (drain, undrain, failover, restore) run one at a time in a worker thread
 last-healthy-rail check on the poller's picture when every rank answered it in the last
 ACTION_PICTURE_MAX_AGE_S (else on a fresh read of every rank), then one POST to the agents
 of every rank on the named host, whose replies carry their state right after the action and
-are folded into the picture at once. One round trip to busy workers, not three: each one
+are folded into the picture at once. The picture may lag the truth, so each rank checks
+again itself, in the same step as the action (409 from any rank: the others are undone). One round trip to busy workers, not three: each one
 can wait for a worker's GIL. Then the poller samples fast for a moment so that the peers'
 side of the change (they learn of it through the transport) shows up at once.
 """
@@ -21,6 +22,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import httpx
 
@@ -36,6 +38,14 @@ AGENTS_TIMEOUT_S = 15.0   # finding the agents (vLLM worker RPC on first use)
 FIRST_VIEW_WAIT_S = 20.0  # the first request waits this long for the first picture
 BURST_S, BURST_INTERVAL_S = 1.5, 0.05  # after an action: sample every rank this often, this long
 ACTION_PICTURE_MAX_AGE_S = 1.0  # an action decides on the poller's picture when it is this recent
+
+
+UNDO = {"drain": "undrain", "failover": "restore"}  # only these two can be refused
+
+
+@dataclass(frozen=True)
+class _Refused:
+    detail: str
 
 
 class ActionError(Exception):
@@ -209,7 +219,15 @@ class GroupView:
                 raise ActionError(409, f"rail{rail} is the last healthy rail of {host}; {action} it with "
                                        "?force=true if you mean it (traffic then moves to drained or fallback rails)")
         ranks = [a for a in snap.agents if snap.states.get((a.group, a.rank), {}).get("host") == host]
-        replies = list(self._fetch_pool.map(lambda a: self._post(a, f"/rails/{rail}/{action}"), ranks))
+        path = f"/rails/{rail}/{action}?force={int(force)}"
+        replies = list(self._fetch_pool.map(lambda a: self._post(a, path), ranks))
+        refused = [r.detail for r in replies if isinstance(r, _Refused)]
+        if refused:  # a rank's own check saw the last healthy rail: undo it where it was done
+            undo = UNDO[action]
+            done = [a for a, r in zip(ranks, replies) if not isinstance(r, (str, _Refused))]
+            replies = [self._post(a, f"/rails/{rail}/{undo}") for a in done]
+            self._fold({(a.group, a.rank): r for a, r in zip(done, replies) if isinstance(r, dict)})
+            raise ActionError(409, refused[0])
         failed = [f"rank {a.rank}: {r}" for a, r in zip(ranks, replies) if isinstance(r, str)]
         snap = self._fold({(a.group, a.rank): r for a, r in zip(ranks, replies) if isinstance(r, dict)})
         self._burst_until = time.monotonic() + BURST_S
@@ -233,14 +251,19 @@ class GroupView:
             raise ActionError(503, f"{action} {host} rail{rail} not done: the control agent of a rank on that host "
                                    f"did not answer ({who}); nothing was changed, retry in a moment")
 
-    def _post(self, a: AgentRef, path: str) -> dict | str | None:
+    def _post(self, a: AgentRef, path: str) -> "dict | str | _Refused | None":
         """The agent's state right after it did the action (None: done, but its reply had no state),
-        or why it was not done."""
+        _Refused when its last-healthy-rail check said no, or why it was not done."""
         try:
             r = self._client.post(f"http://{a.address}{path}", headers={"Authorization": f"Bearer {a.token}"},
                                   timeout=ACTION_TIMEOUT_S)
         except httpx.HTTPError as exc:
             return f"agent unreachable ({type(exc).__name__})"
+        if r.status_code == 409:
+            try:
+                return _Refused(r.json().get("detail", r.text[:300]))
+            except ValueError:
+                return _Refused(r.text[:300])
         if r.status_code != 200:
             return f"agent answered {r.status_code}: {r.text[:200]}"
         try:

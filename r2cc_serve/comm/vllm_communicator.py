@@ -24,7 +24,10 @@ _Base = vllm_compat.device_communicator_base()
 
 
 def _concat_gathered(gathered: torch.Tensor, like: torch.Tensor, dim: int) -> torch.Tensor:
-    """[world, *shape] -> shape with `dim` world times larger (rank-major, like torch.cat)."""
+    """[world, *shape] -> shape with `dim` world times larger (rank-major, like torch.cat).
+    A 0-dim tensor gathers like a one-element vector: the result is [world]."""
+    if like.dim() == 0:
+        return gathered.reshape(gathered.shape[0])
     dim = dim % like.dim()
     shape = list(like.shape)
     shape[dim] *= gathered.shape[0]

@@ -7,8 +7,10 @@ file on the host, or vLLM's own worker RPC).
 
     GET  /state                          -> the monitor's last sample (at most one interval old)
     GET  /state?fresh=1                  -> a sample taken now (the admin view asks after an action)
-    POST /rails/<rail>/<action>          -> action in drain, undrain, failover, restore; the reply
-                                            carries the state sampled right after it
+    POST /rails/<rail>/<action>[?force=1] -> action in drain, undrain, failover, restore; the reply
+                                            carries the state sampled right after it. Without force,
+                                            drain and failover of a peer's last healthy rail answer
+                                            409 and change nothing (checked and done as one step)
 
 HTTP/1.1 with keep-alive: the admin view polls every rank a few times a second, and a new
 TCP connection per poll costs both sides more than the answer itself.
@@ -31,7 +33,7 @@ log = logging.getLogger("r2cc_serve.health")
 
 ACTIONS = ("drain", "undrain", "failover", "restore")
 IDLE_TIMEOUT_S = 120.0
-_RAIL_ACTION = re.compile(r"^/rails/(\d+)/(%s)$" % "|".join(ACTIONS))
+_RAIL_ACTION = re.compile(r"^/rails/(\d+)/(%s)(\?force=(?:0|1))?$" % "|".join(ACTIONS))
 
 
 class ControlAgent:
@@ -102,7 +104,7 @@ class ControlAgent:
                 if not m:
                     self._reply(404, {"detail": f"no route {self.path}"})
                     return
-                code, body = agent.act(int(m.group(1)), m.group(2))
+                code, body = agent.act(int(m.group(1)), m.group(2), force=m.group(3) != "?force=0")
                 self._reply(code, body)
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
@@ -126,11 +128,18 @@ class ControlAgent:
         snap.pop("agent_token", None)
         return snap
 
-    def act(self, rail: int, action: str) -> tuple[int, dict]:
+    def act(self, rail: int, action: str, force: bool = True) -> tuple[int, dict]:
+        from r2cc_serve.errors import LastRailError
+
         if not 0 <= rail < self.comm.num_rails:
             return 404, {"detail": f"no rail {rail}: this rank has rails 0..{self.comm.num_rails - 1}"}
         try:
-            getattr(self.comm, f"{action}_rail")(rail)
+            if action in ("drain", "failover"):
+                getattr(self.comm, f"{action}_rail")(rail, force=force)
+            else:
+                getattr(self.comm, f"{action}_rail")(rail)
+        except LastRailError as exc:
+            return 409, {"detail": str(exc)}
         except Exception as exc:  # e.g. the group was aborted: say so instead of dropping the connection
             return 500, {"detail": f"{action} of rail{rail} failed on rank {self.monitor.rank}: {exc}"}
         state = self.state(fresh=True)  # the outcome, so the admin view needs no second round trip

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 
+from r2cc_serve.health.liveness import process_identity
 from r2cc_serve import envs
 from r2cc_serve.priority import raise_thread_priority
 
@@ -22,11 +23,16 @@ log = logging.getLogger("r2cc_serve.health")
 MAX_EVENTS = 256
 
 
-def summarize(rails: list[dict], error: str) -> tuple[str, list[str]]:
-    """(status, reasons): down if the group is aborted, degraded if any rail is not fully usable."""
+def summarize(rails: list[dict], error: str, peers: list[dict] = ()) -> tuple[str, list[str]]:
+    """(status, reasons): down if the group is aborted, degraded if any rail is not fully usable
+    or a peer's process is stalled."""
     if error:
         return "down", [error.splitlines()[0]]
     reasons = []
+    for p in peers:
+        if p["stalled"]:
+            reasons.append(f"rank {p['peer']} is stalled: its process sent nothing for {p['stalled_for_s']:.1f} s "
+                           "while its host kept acknowledging (the network is fine; rails stay up)")
     for r in rails:
         if not r.get("fallback") and r["state"] != "up":
             reasons.append(f"rail{r['rail']} to rank {r['peer']} is {r['state']}"
@@ -46,12 +52,16 @@ class RailMonitor:
         self.extra = dict(extra or {})  # e.g. the control agent's address and token
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self._last: dict[tuple[int, int], str] = {}
+        self._stalled: dict[int, bool] = {}
+        self.identity = process_identity()  # lets readers of the status file tell a dead rank's leftover
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sample_lock = threading.Lock()  # the thread and operator actions both sample
         self.status_path = None
         if status_dir:
             os.makedirs(status_dir, mode=0o700, exist_ok=True)
+            if os.stat(status_dir).st_uid == os.getuid():
+                os.chmod(status_dir, 0o700)  # the files hold agent tokens: owner only, also for an old dir
             safe = group.replace("/", "_").replace(":", "_")
             self.status_path = os.path.join(status_dir, f"{safe}-rank{rank}.json")
         self._snapshot = self._sample()
@@ -82,11 +92,31 @@ class RailMonitor:
                 log.warning("r2cc: %s rank %d rail%d to rank %d: %s -> %s%s", self.group, self.rank, r["rail"],
                             r["peer"], prev, r["state"], f" ({ev['error']})" if ev["error"] else "")
             self._last[key] = r["state"]
-        status, reasons = summarize(rails, error)
+        peers = self.comm.peer_stats()
+        for p in peers:
+            if self._stalled.get(p["peer"], False) != p["stalled"]:
+                self._peer_event(now, p)
+            self._stalled[p["peer"]] = p["stalled"]
+        status, reasons = summarize(rails, error, peers)
         return {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "host": self.host,
                 "status": status, "durations": self.comm.duration_histogram(),
-                "reasons": reasons, "error": error, "rails": rails, "counters": self.comm.counters(),
-                "events": list(self.events), **self.extra}
+                "reasons": reasons, "error": error, "error_kind": self.comm.error_kind(), "rails": rails,
+                "peers": peers, "counters": self.comm.counters(), "events": list(self.events),
+                "process": self.identity, **self.extra}
+
+    def _peer_event(self, now: float, p: dict) -> None:
+        """A peer's process stalled (silent, its host still acknowledging) or resumed."""
+        to = "stalled" if p["stalled"] else "running"
+        took = None if p["stalled"] else p["last_stall_s"]
+        ev = {"time": now, "kind": "peer", "group": self.group, "rank": self.rank, "node": self.node,
+              "host": self.host, "peer": p["peer"], "rail": None, "address": None,
+              "from": "running" if p["stalled"] else "stalled", "to": to,
+              "error": "" if not p["stalled"] else "its process sends nothing; its host acknowledges (not a network fault)",
+              "detect_s": took}
+        self.events.append(ev)
+        log.warning("r2cc: %s rank %d: rank %d %s%s", self.group, self.rank, p["peer"],
+                    "stalled (its process is silent, its host acknowledges: rails stay up)" if p["stalled"]
+                    else "resumed", f" after {took:.1f} s" if took else "")
 
     def _write(self, snap: dict) -> None:
         if not self.status_path:

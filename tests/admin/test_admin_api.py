@@ -165,3 +165,49 @@ def test_admin_rails_actions_errors_metrics(admin):
         lat.append(time.perf_counter() - t)
     lat.sort()
     print(f"GET /rails p50 {statistics.median(lat) * 1e3:.2f} ms p99 {lat[197] * 1e3:.2f} ms")
+
+
+def test_concurrent_failovers_never_take_a_hosts_last_rail(admin):
+    """Every rail of a host failed over at once, without force, 50 times: the last-healthy-rail
+    check and the action are one step, so at least one POST is refused each round."""
+    import concurrent.futures
+
+    base, result, group = admin
+    api, auth = base + "/r2cc/v1", {"Authorization": f"Bearer {TOKEN}"}
+    c = httpx.Client(timeout=15)
+    rails = [r["rail"] for r in c.get(api + "/rails").json()["rails"] if r["host"] == "rank0"]
+    worst = 0
+    with concurrent.futures.ThreadPoolExecutor(len(rails)) as pool:
+        for _ in range(50):
+            codes = list(pool.map(lambda k: httpx.post(f"{api}/rails/rank0/{k}/failover", headers=auth,
+                                                       timeout=15).status_code, rails))
+            assert set(codes) <= {200, 409}, codes
+            worst = max(worst, codes.count(200))
+            for k in rails:
+                assert c.post(f"{api}/rails/rank0/{k}/restore", headers=auth).status_code == 200
+            deadline = time.time() + 10
+            while time.time() < deadline and any(r["state"] != "up" for r in c.get(api + "/rails").json()["rails"]):
+                time.sleep(0.05)
+    assert 1 <= worst <= len(rails) - 1, worst
+    assert c.get(api + "/health").json()["status"] == "ok"
+
+
+def test_validation_errors_are_422_inside_an_app_that_says_400():
+    """vLLM's API server answers validation errors with 400 app-wide; the r2cc routes keep 422."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from fastapi.testclient import TestClient
+
+    from r2cc_serve.admin.app import AdminState, build_router
+
+    app = FastAPI()
+
+    @app.exception_handler(RequestValidationError)
+    async def as_400(request: Request, exc: RequestValidationError):
+        return JSONResponse(status_code=400, content={"error": "bad request"})
+
+    app.include_router(build_router(AdminState()))
+    client = TestClient(app)
+    assert client.get("/r2cc/v1/rails/h0/abc").status_code == 422
+    assert client.get("/r2cc/v1/events?limit=0").status_code == 422
