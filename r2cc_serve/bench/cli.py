@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|"
-                        "flap:PERIOD_MS:COUNT; injected PCT (default 30)%% into a fault-free op's time")
+                        "flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% into a fault-free op's time")
     p.add_argument("--followups", type=int, default=None,
                    help="ops run after the faulted one with the fault still active (default: one per rail)")
     p.add_argument("--fault-reps", type=int, default=1,

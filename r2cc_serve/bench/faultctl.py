@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from r2cc_serve.bench.spec import FaultSpec
+from r2cc_serve.bench.spec import BenchFault
 
 
 class FaultController:
@@ -35,7 +35,7 @@ class FaultController:
         if not self.store.check([f"fault/{n}/req"]):
             return
         delay = float(json.loads(self.store.get(f"fault/{n}/req"))["delay_s"])
-        spec = FaultSpec.from_dict(task["spec"])
+        spec = BenchFault.from_dict(task["spec"])
         self.store.set(f"fault/{n}/go", "1")
         go = time.time()
         time.sleep(max(0.0, go + delay - time.time()))
@@ -45,7 +45,7 @@ class FaultController:
         self.injected[n] = record
         thread = None
         try:
-            thread = self.lab.fault(spec.host, spec.rail, spec.kind, spec.arg, background=True)
+            thread = self.lab.inject(spec.fault, background=True)
             record["injected_at"] = time.time()
         except Exception as exc:  # a lab failure is reported with the fault, not fatal
             record["error"] = f"{type(exc).__name__}: {exc}"
@@ -57,8 +57,9 @@ class FaultController:
         n, spec, thread, _ = self._active
         self._active = None
         if thread is not None:  # a flap ends with the link up; let it finish first
-            thread.join(timeout=spec.arg[0] * spec.arg[1] / 1000 + 5)
-        self.lab.fault(spec.host, spec.rail, "clear")
+            thread.join(timeout=spec.fault.duration_s + 5)
+        for undo in spec.fault.undo(self.lab.rails):
+            self.lab.inject(undo)
         self.injected[n]["cleared_at"] = time.time()
         self.store.set(f"fault/{n}/cleared", "1")
 

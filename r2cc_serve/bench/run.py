@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from r2cc_serve.bench import launch as launch_mod
 from r2cc_serve.bench import report as rep
 from r2cc_serve.bench.faultctl import FaultController
-from r2cc_serve.bench.spec import FaultSpec, format_size
+from r2cc_serve.bench.spec import BenchFault, format_size
 
 STARTUP_S = 60.0  # group set-up budget (gloo/MPI connect, r2cc handshakes) per launch
 
@@ -37,7 +37,7 @@ class BenchOptions:
     backends: list[str]
     iters: int
     warmup: int
-    faults: list[FaultSpec] = field(default_factory=list)
+    faults: list[BenchFault] = field(default_factory=list)
     timeout_s: float = 300.0  # one measure task (all iterations of one size)
     fault_timeout_s: float = 20.0  # one faulted op (or follow-up)
     followups: int | None = None  # ops after the faulted one, fault still active (None: one per rail)
@@ -117,9 +117,10 @@ class Bench:
         if backend == "r2cc":
             n, measured = 0, set()
             for spec in self.o.faults:
-                if spec.rail not in measured:  # the R-1 rail baseline, once per failed rail
-                    measured.add(spec.rail)
-                    tasks += [{"kind": "baseline", "size": s, "exclude_rail": spec.rail} for s in self.o.sizes]
+                rail = spec.fault.rail
+                if rail not in measured:  # the R-1 rail baseline, once per failed rail
+                    measured.add(rail)
+                    tasks += [{"kind": "baseline", "size": s, "exclude_rail": rail} for s in self.o.sizes]
                 for s in self.o.sizes:
                     for _ in range(self.o.fault_reps):
                         fault_tasks.append({"kind": "fault", "size": s, "n": n, "spec": spec.to_dict(),
@@ -132,8 +133,9 @@ class Bench:
         faults, reps = [], self.o.fault_reps
         for i in range(0, len(fault_tasks), reps):
             t = fault_tasks[i]
+            rail = t["spec"]["fault"]["rail"]
             base = rep.summarize_measure(backend, self.o.op, self.o.hosts, t["size"],
-                                         self._entries(per_rank, "baseline", t["size"], rail=t["spec"]["rail"]))
+                                         self._entries(per_rank, "baseline", t["size"], rail=rail))
             rows = [rep.summarize_fault(backend, t["spec"]["text"], t["size"],
                                         self._entries(per_rank, "fault", t["size"], n=u["n"]),
                                         ctl.injected.get(u["n"]), base["p50_s"], f"r2cc on {self.o.rails - 1} rails")

@@ -5,20 +5,20 @@ Everything here is pure (no lab, no processes) so bad input fails before anythin
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text
 
 BACKENDS = ("r2cc", "gloo", "mpi")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-FAULT_KINDS = ("down", "blackhole", "degrade", "flap")
 DEFAULT_FAULT_AT = 0.30  # fraction of the fault-free duration
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE_RE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
-# h<host>:<rail>:<kind>[:<args>...][@<percent>%]
-_FAULT_RE = re.compile(r"^h?(\d+):(?:rail)?(\d+):([a-z]+)((?::[^:@]+)*)(?:@(\d+(?:\.\d+)?)%)?$")
+_PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 def parse_size(text: str) -> int:
@@ -66,57 +66,36 @@ def check_op_size(op: str, size: int, world: int) -> None:
 
 
 @dataclass(frozen=True)
-class FaultSpec:
-    """One lab fault on one host's rail, injected `at` (fraction) into a fault-free duration."""
-    text: str
-    host: int
-    rail: int
-    kind: str
-    arg: object  # None, a rate string (degrade) or (period_ms, count) (flap)
+class BenchFault:
+    """A lab fault (r2cc_serve.faults) injected `at` (a fraction) into a fault-free op's duration."""
+    text: str  # as the user wrote it, for the report
+    fault: FaultSpec
     at: float
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["arg"] = list(self.arg) if isinstance(self.arg, tuple) else self.arg
-        return d
+        return {"text": self.text, "at": self.at, "fault": dataclasses.asdict(self.fault)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FaultSpec":
-        arg = tuple(d["arg"]) if isinstance(d["arg"], list) else d["arg"]
-        return cls(d["text"], d["host"], d["rail"], d["kind"], arg, d["at"])
+    def from_dict(cls, d: dict) -> "BenchFault":
+        return cls(d["text"], FaultSpec(**d["fault"]), d["at"])
 
 
-def parse_fault(text: str, hosts: int, rails: int) -> FaultSpec:
+def parse_fault(text: str, hosts: int, rails: int) -> BenchFault:
     """'h0:1:down@30%', 'h1:2:blackhole', 'h0:0:degrade:100mbit@50%', 'h0:3:flap:200:3@10%'."""
-    m = _FAULT_RE.match(text.strip())
+    text = text.strip()
+    notation, sep, when = text.partition("@")
+    with labelled(f"--fault {text!r}"):
+        fault = parse_fault_text(notation, RAIL_FAULTS).check_target(hosts, rails)
+        if rails < 2:
+            raise UserError("needs at least 2 rails: the survivors carry the traffic")
+        at = _parse_percent(when) if sep else DEFAULT_FAULT_AT
+        if not 0 <= at <= 10:
+            raise UserError("the percentage must be between 0 and 1000")
+    return BenchFault(text, fault, at)
+
+
+def _parse_percent(text: str) -> float:
+    m = _PERCENT_RE.match(text)
     if not m:
-        raise UserError(f"--fault {text!r} is not valid: use h<HOST>:<RAIL>:<KIND>[:ARGS][@<PCT>%], "
-                        "e.g. h0:1:down@30%, h0:1:degrade:100mbit@30%, h0:1:flap:200:3@30%")
-    host, rail, kind = int(m.group(1)), int(m.group(2)), m.group(3)
-    args = [a for a in m.group(4).split(":") if a]
-    at = float(m.group(5)) / 100 if m.group(5) else DEFAULT_FAULT_AT
-    if kind not in FAULT_KINDS:
-        raise UserError(f"--fault {text!r}: kind must be one of {', '.join(FAULT_KINDS)}")
-    if not 0 <= host < hosts:
-        raise UserError(f"--fault {text!r}: host {host} is outside 0..{hosts - 1}")
-    if not 0 <= rail < rails:
-        raise UserError(f"--fault {text!r}: rail {rail} is outside 0..{rails - 1}")
-    if rails < 2:
-        raise UserError("--fault needs at least 2 rails: the survivors carry the traffic")
-    if not 0 <= at <= 10:
-        raise UserError(f"--fault {text!r}: the percentage must be between 0 and 1000")
-    arg: object = None
-    if kind == "degrade":
-        if len(args) != 1:
-            raise UserError(f"--fault {text!r}: degrade takes one rate, e.g. h0:1:degrade:100mbit")
-        from r2cc_serve.lab.layout import check_rate
-        arg = check_rate(args[0])
-    elif kind == "flap":
-        try:
-            period_ms, count = (int(a) for a in args)
-        except ValueError:
-            raise UserError(f"--fault {text!r}: flap takes PERIOD_MS:COUNT, e.g. h0:1:flap:200:3") from None
-        arg = (period_ms, count)
-    elif args:
-        raise UserError(f"--fault {text!r}: {kind} takes no arguments")
-    return FaultSpec(text.strip(), host, rail, kind, arg, at)
+        raise UserError(f"the time after @ must be a percentage like @30%, got @{text}")
+    return float(m.group(1)) / 100

@@ -200,7 +200,7 @@ class Worker:
         self.backend.barrier()
         self.watchdog.disarm()
         resent0 = self.backend.resent_bytes()
-        rail = task["spec"]["rail"]
+        rail = task["spec"]["fault"]["rail"]
         detect0 = self.backend.detection(rail) if hasattr(self.backend, "detection") else None
         delay = task.get("delay_s")
         if delay is None:  # r2cc measured it in this run

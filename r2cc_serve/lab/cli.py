@@ -13,11 +13,9 @@ import sys
 
 from r2cc_serve import envs
 from r2cc_serve.errors import UserError
-from r2cc_serve.lab.faults import KINDS
+from r2cc_serve.faults import FLAP_DEFAULTS, LAB_KINDS, parse_fault_words
 from r2cc_serve.lab.lab import Lab
 from r2cc_serve.lab.layout import check_counts, check_rate
-
-_FAULT_ARGS = {"degrade": ["RATE"], "flap": ["PERIOD_MS", "COUNT"]}
 
 
 def register(subparsers) -> None:
@@ -43,10 +41,11 @@ def register(subparsers) -> None:
         "fault", help="inject or undo a fault on one host's rail",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="kinds:\n  down | up | blackhole | clear\n  degrade RATE        e.g. degrade 100mbit\n"
-                    "  flap PERIOD_MS COUNT  e.g. flap 200 5 (down/up COUNT times)")
+                    "  flap [PERIOD_MS COUNT]  e.g. flap 200 5 (down/up COUNT times; default {} {})"
+                    .format(*FLAP_DEFAULTS))
     fault.add_argument("host", metavar="HOST", help="host index: 0, h0 or <prefix>-h0")
     fault.add_argument("rail", metavar="RAIL", help="rail index: 0 or rail0")
-    fault.add_argument("kind", metavar="KIND", choices=KINDS, help=" | ".join(KINDS))
+    fault.add_argument("kind", metavar="KIND", choices=LAB_KINDS, help=" | ".join(LAB_KINDS))
     fault.add_argument("args", metavar="ARGS", nargs="*", help="RATE for degrade; PERIOD_MS COUNT for flap")
     fault.set_defaults(func=_fault)
 
@@ -85,13 +84,11 @@ def _status(args) -> int:
 
 
 def _fault(args) -> int:
-    host = parse_host(args.host)
-    rail = parse_rail(args.rail)
-    arg = _fault_arg(args.kind, args.args)
+    spec = parse_fault_words([args.kind, *args.args], parse_host(args.host), parse_rail(args.rail), LAB_KINDS)
     lab = Lab.load()
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True))
-    lab.fault(host, rail, args.kind, arg, progress=progress)
-    print(" ".join([f"{lab.host_ns(host)} {lab.rail_ifname(rail)}:", args.kind, *args.args]))
+    lab.inject(spec, progress=progress)
+    print(f"{lab.host_ns(spec.host)} {lab.rail_ifname(spec.rail)}: {spec.action}")
     return 0
 
 
@@ -110,18 +107,3 @@ def parse_rail(text: str) -> int:
     if not match:
         raise UserError(f"RAIL {text!r} is not a rail: use an index like 0 or rail0")
     return int(match.group(1))
-
-
-def _fault_arg(kind: str, args: list[str]):
-    expected = _FAULT_ARGS.get(kind, [])
-    if len(args) != len(expected):
-        usage = " ".join([kind, *expected])
-        raise UserError(f"fault {kind} takes {len(expected)} argument(s): `{usage}` (got {len(args)})")
-    if kind == "degrade":
-        return check_rate(args[0])
-    if kind == "flap":
-        try:
-            return int(args[0]), int(args[1])
-        except ValueError:
-            raise UserError(f"flap needs two integers PERIOD_MS COUNT, got {' '.join(args)!r}") from None
-    return None

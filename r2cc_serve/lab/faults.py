@@ -1,7 +1,9 @@
 """Fault injection on one host's rail: down/up, blackhole, degrade, flap, clear.
 
-Each fault acts on the host's own end of the rail (what a NIC or cable fault looks like from
-that server) and is recorded in the state file, so `status` and `clear` know what is active.
+r2cc_serve/faults.py says what the kinds are and how they are written; this is how the lab
+does them. Each fault acts on the host's own end of the rail (what a NIC or cable fault looks
+like from that server) and is recorded in the state file, so `status` and `clear` know what is
+active.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from r2cc_serve.lab import netns, shaping, state
 from r2cc_serve.lab.layout import Layout, check_rate
 from r2cc_serve.lab.netns import LabError
 
-KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap")
 Progress = Callable[[str], None]
 
 
@@ -135,13 +136,3 @@ class FlapThread(threading.Thread):
             flap(*self._args)
         except LabError as exc:  # e.g. the lab was torn down mid-flap
             self.error = exc
-
-
-def parse_flap_arg(arg) -> tuple[int, int]:
-    try:
-        period_ms, count = (int(x) for x in arg)
-    except (TypeError, ValueError):
-        raise LabError(f"flap needs (period_ms, count) as two integers, got {arg!r}") from None
-    if period_ms < 2 or count < 1:
-        raise LabError(f"flap needs period_ms >= 2 and count >= 1, got {period_ms} and {count}")
-    return period_ms, count

@@ -2,6 +2,7 @@
 
     lab = Lab.up(hosts=2, rails=4, rate="1gbit")   # tears down an existing lab first
     lab.fault(0, 1, "blackhole"); lab.fault(0, 1, "clear")
+    lab.inject(parse_fault_text("h0:1:degrade:100mbit"))     # r2cc_serve/faults.py
     Lab.down()
 """
 
@@ -13,11 +14,13 @@ import time
 import uuid
 
 from r2cc_serve import envs
+from r2cc_serve.faults import HOST_FAULTS, LAB_KINDS, FaultSpec
 from r2cc_serve.lab import faults, netns, probe, state, status, topology
 from r2cc_serve.lab.layout import Layout, check_counts, check_prefix, check_rate
 from r2cc_serve.lab.netns import LabError
 
 _UP_TOOLS = ("ip", "tc", "nft", "sysctl")
+_LAB_DOES = LAB_KINDS + HOST_FAULTS  # admin actions go through r2cc's control plane instead
 
 
 class Lab:
@@ -133,34 +136,42 @@ class Lab:
 
     def fault(self, host: int, rail: int, kind: str, arg=None, *, background: bool = False,
               progress: faults.Progress | None = None) -> threading.Thread | None:
-        """Inject (or undo) a fault on host's end of rail; see faults.py for the kinds.
+        """Inject (or undo) a fault on host's end of rail; arg: degrade's rate, flap's (period_ms, count)."""
+        return self.inject(_lab_spec(kind, host, rail, arg), background=background, progress=progress)
+
+    def inject(self, spec: FaultSpec, *, background: bool = False,
+               progress: faults.Progress | None = None) -> threading.Thread | None:
+        """Carry out a lab kind of r2cc_serve.faults (all-down: down on every data rail).
 
         flap blocks until done unless background=True, which returns the started thread.
         progress, if given, is called with a short message at each flap step.
         """
-        target = self._target(host, rail)
+        if spec.kind not in _LAB_DOES:
+            raise LabError(f"{spec.kind} is not a lab fault: the lab does {', '.join(_LAB_DOES)}")
+        thread = None
+        for step in spec.per_rail(self.rails):
+            thread = self._inject_one(step, background, progress)
+        return thread
+
+    def _inject_one(self, spec: FaultSpec, background: bool, progress) -> threading.Thread | None:
+        target = self._target(spec.host, spec.rail)
         _require_privileges(("ip", "tc", "nft"))
-        if kind == "down":
+        if spec.kind == "down":
             faults.link_down(target)
-        elif kind == "up":
+        elif spec.kind == "up":
             faults.link_up(target)
-        elif kind == "blackhole":
+        elif spec.kind == "blackhole":
             faults.blackhole(target)
-        elif kind == "clear":
+        elif spec.kind == "clear":
             faults.clear(target, self.rate)
-        elif kind == "degrade":
-            if arg is None:
-                raise LabError("degrade needs a rate, e.g. degrade 100mbit")
-            faults.degrade(target, arg)
-        elif kind == "flap":
-            period_ms, count = faults.parse_flap_arg(arg)
-            if background:
-                thread = faults.FlapThread(target, period_ms, count, progress)
-                thread.start()
-                return thread
-            faults.flap(target, period_ms, count, progress)
+        elif spec.kind == "degrade":
+            faults.degrade(target, spec.rate)
+        elif background:  # only flap is left
+            thread = faults.FlapThread(target, spec.period_ms, spec.count, progress)
+            thread.start()
+            return thread
         else:
-            raise LabError(f"unknown fault kind {kind!r}: use one of {', '.join(faults.KINDS)}")
+            faults.flap(target, spec.period_ms, spec.count, progress)
         return None
 
     def status(self) -> dict:
@@ -187,6 +198,23 @@ class Lab:
     def __repr__(self) -> str:
         return (f"Lab(prefix={self.prefix!r}, hosts={self.hosts}, rails={self.rails}, "
                 f"rate={self.rate!r}, mtu={self.mtu})")
+
+
+def _lab_spec(kind: str, host: int, rail: int, arg) -> FaultSpec:
+    """The FaultSpec of Lab.fault's positional form, e.g. ("flap", (200, 3))."""
+    if kind not in _LAB_DOES:
+        raise LabError(f"unknown fault kind {kind!r}: use one of {', '.join(_LAB_DOES)}")
+    if kind == "degrade":
+        return FaultSpec(kind, host, rail, rate=arg)
+    if kind == "flap":
+        try:
+            period_ms, count = arg
+        except (TypeError, ValueError):
+            raise LabError(f"flap needs (period_ms, count), got {arg!r}") from None
+        return FaultSpec(kind, host, rail, period_ms=period_ms, count=count)
+    if arg is not None:
+        raise LabError(f"{kind} takes no argument, got {arg!r}")
+    return FaultSpec(kind, host, rail)
 
 
 def _require_privileges(tools: tuple[str, ...]) -> None:

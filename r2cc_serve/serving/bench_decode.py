@@ -22,8 +22,9 @@ import statistics
 import sys
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.faults import HELD_KINDS, FaultSpec
 from r2cc_serve.serving.deploy import single_instance, two_nodes
-from r2cc_serve.serving.faults import KINDS, FaultSpec
+from r2cc_serve.serving.faults import parse_option
 from r2cc_serve.serving.labctx import lab_session
 from r2cc_serve.serving.load import LoadSpec, percentile, compare, run_load
 from r2cc_serve.serving.model_dir import temp_model
@@ -59,8 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="fault-free rounds per backend; the median is reported")
     p.add_argument("--concurrency", type=int, default=4, help="streams in flight (default 4)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default 64)")
-    p.add_argument("--fault", choices=[*KINDS, "none"], default="down",
-                   help="fault for the extra r2cc round (default down; none to skip)")
+    p.add_argument("--fault", default="down", metavar="KIND[:ARGS]",
+                   help=f"fault for the extra r2cc round: {', '.join(HELD_KINDS)} (e.g. degrade:100mbit), "
+                        "or none to skip (default down)")
     p.add_argument("--fault-host", type=int, default=0)
     p.add_argument("--fault-rail", type=int, default=1)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -80,6 +82,9 @@ def run(args) -> int:
         raise UserError(f"--backends {args.backends!r}: use default and/or r2cc")
     if args.duration <= 0 or args.rounds < 1 or args.concurrency < 1 or args.max_tokens < 2:
         raise UserError("--duration > 0, --rounds >= 1, --concurrency >= 1 and --max-tokens >= 2 are needed")
+    third = args.duration / 3  # the fault round breaks the rail in its middle third
+    fault = None if args.fault == "none" else parse_option(
+        args.fault, host=args.fault_host, rail=args.fault_rail, after_s=third, hold_s=third)
     spec = LoadSpec(max_tokens=args.max_tokens, concurrency=args.concurrency, duration_s=args.duration,
                     request_timeout_s=max(120.0, args.duration * 4), deadline_s=args.duration * 4 + 300)
     result = {"shape": args.shape, "rate": args.rate, "dtype": args.dtype, "compile": args.compile,
@@ -116,8 +121,8 @@ def run(args) -> int:
                 else:
                     cross = [m for r in runs for m in compare(ref, r)]
                     entry["mismatches_vs_first_backend"], entry["mismatch_examples"] = len(cross), cross[:3]
-                if backend == "r2cc" and args.fault != "none":
-                    entry["fault"] = _fault_round(dep, args, spec, runs[0])
+                if backend == "r2cc" and fault is not None:
+                    entry["fault"] = _fault_round(dep, fault, spec, runs[0])
                 result["backends"][backend] = entry
     _print(result)
     if args.out:
@@ -127,9 +132,7 @@ def run(args) -> int:
     return 0
 
 
-def _fault_round(dep, args, spec: LoadSpec, reference) -> dict:
-    third = args.duration / 3
-    fault = FaultSpec(args.fault, host=args.fault_host, rail=args.fault_rail, after_s=third, hold_s=third)
+def _fault_round(dep, fault: FaultSpec, spec: LoadSpec, reference) -> dict:
     load_before = _loadavg()
     out = run_with_fault(dep, fault, spec, reference)  # runs for the fault window + 3 s
     rec = out.record

@@ -17,8 +17,9 @@ import signal
 import sys
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.faults import HELD_KINDS
 from r2cc_serve.serving.deploy import two_nodes
-from r2cc_serve.serving.faults import KINDS, FaultSpec
+from r2cc_serve.serving.faults import parse_option
 from r2cc_serve.serving.labctx import lab_session
 from r2cc_serve.serving.load import LoadSpec, run_load
 from r2cc_serve.serving.model_dir import temp_model
@@ -43,13 +44,11 @@ def _sigterm_as_interrupt():
 
 
 def run(args) -> int:
-    if args.fault not in KINDS:
-        raise UserError(f"--fault {args.fault!r}: use one of {', '.join(KINDS)}")
-    if args.fault == "drain" and args.backend != "r2cc":
-        raise UserError("--fault drain needs --backend r2cc (the drain goes through r2cc's control agents)")
+    fault = parse_option(args.fault, host=0, rail=args.rail, after_s=args.after, hold_s=args.hold)
+    if fault.is_admin and args.backend != "r2cc":
+        raise UserError(f"--fault {fault.kind} needs --backend r2cc (it goes through r2cc's control agents)")
     spec = LoadSpec(max_tokens=args.max_tokens, concurrency=args.concurrency,
                     request_timeout_s=args.request_timeout, deadline_s=args.request_timeout + 120)
-    fault = FaultSpec(args.fault, host=0, rail=args.rail, after_s=args.after, hold_s=args.hold)
     with _sigterm_as_interrupt():
         _say("1/6 lab: 2 hosts x 4 rails at 1gbit")
         with lab_session(2, 4, "1gbit", keep=args.keep_lab) as lab:
@@ -127,7 +126,8 @@ def _ms(x) -> str:
 def add_arguments(p) -> None:
     p.add_argument("--backend", choices=["r2cc", "default"], default="r2cc",
                    help="r2cc (default) or vLLM's own (gloo over the rails: watch it fail)")
-    p.add_argument("--fault", default="down", metavar="KIND", help=f"one of {', '.join(KINDS)} (default down)")
+    p.add_argument("--fault", default="down", metavar="KIND[:ARGS]",
+                   help=f"one of {', '.join(HELD_KINDS)} (default down), e.g. degrade:100mbit, flap:200:5")
     p.add_argument("--rail", type=int, default=1, help="rail of host 0 to break (default 1)")
     p.add_argument("--after", type=float, default=3.0, help="seconds into the stream (default 3)")
     p.add_argument("--hold", type=float, default=5.0, help="seconds the fault lasts (default 5)")

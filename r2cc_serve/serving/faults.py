@@ -1,60 +1,46 @@
-"""Inject one lab fault while a load runs: wait T seconds, break a rail, hold, restore.
+"""Hold one fault of r2cc_serve.faults while a load runs: wait after_s, inject, hold hold_s, undo.
 
-Kinds:
-  down       host's end of the rail link down (the NIC/cable dies; sender sees ENETUNREACH)
-  blackhole  nftables drops everything on the rail; the link stays up (a dead switch port)
-  flap       link down/up every period_ms/2, `count` times (a bad cable)
-  all-down   every data rail of the host down at once: only the mgmt fallback rail is left
-  drain      operator drain through the r2cc control plane: POST /rails/<k>/drain to the
-             control agent of the host's rank (address and token from its status file),
-             undrain at restore; the link itself stays healthy
+Lab kinds (down, blackhole, degrade, flap, all-down) change the lab and are cleared at the end.
+Admin actions (drain, failover) go to the r2cc control agent of the host's rank (address and
+token from its status file) and are undone by undrain / restore; the link itself stays healthy.
 
 Used as a context manager so the rail is restored whatever happens to the load:
 
     with FaultInjector(lab, FaultSpec("down", host=0, rail=1, after_s=3, hold_s=5)) as fi:
         result = run_load(...)
     fi.record  # injected_at / restored_at (time.time()) and any error
+
+(FaultSpec is importable from here too: tests/e2e do.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.faults import HELD_KINDS, FaultSpec, labelled, parse_fault_words
 from r2cc_serve.serving import control
 
-KINDS = ("down", "blackhole", "flap", "all-down", "drain")
+
+def parse_option(text: str, host: int, rail: int, after_s: float, hold_s: float) -> FaultSpec:
+    """`--fault KIND[:ARGS]` of the demo and serve-bench: down, flap:200:5, degrade:100mbit, drain..."""
+    with labelled(f"--fault {text!r}"):
+        spec = parse_fault_words(text.strip().split(":"), host, rail, HELD_KINDS)
+        return dataclasses.replace(spec, after_s=after_s, hold_s=hold_s)
 
 
-@dataclass
-class FaultSpec:
-    kind: str = "down"
-    host: int = 0
-    rail: int = 1
-    after_s: float = 3.0
-    hold_s: float = 5.0
-    flap_period_ms: int = 400
-    flap_count: int = 8
-
-    def check(self, lab) -> "FaultSpec":
-        if self.kind not in KINDS:
-            raise UserError(f"fault kind {self.kind!r} is not known: use one of {', '.join(KINDS)}")
-        if not 0 <= self.host < lab.hosts or not 0 <= self.rail < lab.rails:
-            raise UserError(f"fault target h{self.host} rail{self.rail} is outside the lab "
-                            f"({lab.hosts} hosts x {lab.rails} rails)")
-        return self
-
-    def target_rails(self, lab_rails: int) -> list[int]:
-        return list(range(lab_rails)) if self.kind == "all-down" else [self.rail]
-
-    @property
-    def text(self) -> str:
-        where = f"h{self.host} all rails" if self.kind == "all-down" else f"h{self.host} rail{self.rail}"
-        extra = f" {self.flap_period_ms}ms x{self.flap_count}" if self.kind == "flap" else ""
-        return f"{self.kind}{extra} on {where} after {self.after_s:g} s for {self.hold_s:g} s"
+def check_held(spec: FaultSpec, lab) -> FaultSpec:
+    """UserError unless spec is a fault this module can hold and undo inside the lab."""
+    with labelled(f"fault {spec.text}"):
+        if spec.kind not in HELD_KINDS:
+            raise UserError(f"{spec.kind} cannot be held and undone: use one of {', '.join(HELD_KINDS)}")
+        if spec.after_s is None or spec.hold_s is None:
+            raise UserError("a held fault needs after_s and hold_s")
+        return spec.check_target(lab.hosts, lab.rails)
 
 
 @dataclass
@@ -69,18 +55,19 @@ class FaultRecord:
 
 class FaultInjector:
     def __init__(self, lab, spec: FaultSpec, progress=None, status_dir: str | None = None, during=None):
-        """status_dir: R2CC_STATUS_DIR of the deployment (needed by drain to find the agents).
+        """status_dir: R2CC_STATUS_DIR of the deployment (admin actions need it to find the agents).
         during: optional zero-argument probe called halfway through the hold (e.g. read health)."""
         self._during = during
-        self.lab, self.spec = lab, spec.check(lab)
+        self.lab, self.spec = lab, check_held(spec, lab)
         self.status_dir = status_dir
-        if spec.kind == "drain":
+        if spec.is_admin:
             control.agent_of_rank(status_dir, spec.host)  # fails now, not mid-load
         self.record = FaultRecord(spec)
         self._say = progress or (lambda m: print(f"[fault] {m}", file=sys.stderr, flush=True))
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, name="r2cc-serving-fault", daemon=True)
         self._injected = False
+        self._flap: threading.Thread | None = None
 
     def __enter__(self) -> "FaultInjector":
         self._thread.start()
@@ -115,33 +102,28 @@ class FaultInjector:
         self._restore()
 
     def _inject(self) -> None:
-        s, lab = self.spec, self.lab
         self._injected = True
         self.record.inject_started_at = time.time()
-        if s.kind == "drain":
-            control.rail_action(self.status_dir, s.host, s.rail, "drain")
-        elif s.kind == "flap":
-            self._flap = lab.fault(s.host, s.rail, "flap", (s.flap_period_ms, s.flap_count), background=True)
-        else:
-            for rail in s.target_rails(self.lab.rails):
-                lab.fault(s.host, rail, "blackhole" if s.kind == "blackhole" else "down")
+        self._flap = self._apply(self.spec, background=True)
         self.record.injected_at = time.time()
-        self._say(f"injected {s.text}")
+        self._say(f"injected {self.spec.text}")
+
+    def _apply(self, spec: FaultSpec, background: bool = False) -> threading.Thread | None:
+        if spec.is_admin:
+            control.rail_action(self.status_dir, spec.host, spec.rail, spec.kind)
+            return None
+        return self.lab.inject(spec, background=background)
 
     def _restore(self) -> None:
         if not self._injected or self.record.restored_at is not None:
             return
         s = self.spec
-        flap = getattr(self, "_flap", None)
-        if flap is not None:  # let the flap finish (it ends with the link up), then clear
-            flap.join(timeout=s.flap_period_ms * s.flap_count / 1000 + 10)
-        for rail in s.target_rails(self.lab.rails):
+        if self._flap is not None:  # let the flap finish (it ends with the link up), then clear
+            self._flap.join(timeout=s.duration_s + 10)
+        for undo in s.undo(self.lab.rails):
             try:
-                if s.kind == "drain":
-                    control.rail_action(self.status_dir, s.host, rail, "undrain")
-                else:
-                    self.lab.fault(s.host, rail, "clear")
+                self._apply(undo)
             except Exception as exc:
-                self.record.errors.append(f"restore rail{rail}: {type(exc).__name__}: {exc}")
+                self.record.errors.append(f"restore rail{undo.rail}: {type(exc).__name__}: {exc}")
         self.record.restored_at = time.time()
-        self._say(f"restored h{s.host} {'all rails' if s.kind == 'all-down' else f'rail{s.rail}'}")
+        self._say(f"restored {s.target}")

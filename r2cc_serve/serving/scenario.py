@@ -1,7 +1,7 @@
 """One fault-during-generation run and its verdict: same tokens, no failures, failover seen.
 
     ref = run_load(dep.url, dep.model, spec)                      # fault-free reference
-    out = run_with_fault(dep, FaultSpec("blackhole", rail=2), spec, ref)
+    out = run_with_fault(dep, FaultSpec("blackhole", rail=2, after_s=3, hold_s=5), spec, ref)
     assert not out.problems(), out.problems()
 
 The load runs for the fault's whole window (duration mode) so requests are in flight when
@@ -14,8 +14,9 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
+from r2cc_serve.faults import FaultSpec
 from r2cc_serve.serving import evidence
-from r2cc_serve.serving.faults import FaultInjector, FaultRecord, FaultSpec
+from r2cc_serve.serving.faults import FaultInjector, FaultRecord, check_held
 from r2cc_serve.serving.load import LoadResult, LoadSpec, compare, run_load
 
 RECOVER_WAIT_S = 20.0  # a restored rail is probed every 200 ms; stale ARP can add ~1 s
@@ -45,6 +46,8 @@ class FaultOutcome:
         if self.record.injected_at is None:
             out.append("the fault was never injected (the load ended first?)")
             return out
+        if self.spec.kind == "degrade":  # a slower rail stays in service: no failover to look for
+            return out + self._overlap_problems()
         failovers = sum(self.status_delta.get(r, {}).get("failovers", 0) for r in self.target_rails)
         if not self._went_down() and failovers == 0:
             out.append(f"no failover seen on rail(s) {self.target_rails}: no state change in the logs "
@@ -57,9 +60,12 @@ class FaultOutcome:
                 out.append(f"halfway through the fault rail(s) {still_up} were still 'up' on every rank")
         if not self.recovered:
             out.append(f"rail(s) {self.target_rails} not back up within {RECOVER_WAIT_S:.0f} s of the restore")
+        return out + self._overlap_problems()
+
+    def _overlap_problems(self) -> list[str]:
         if self.tokens_during_fault == 0:
-            out.append("no token was streamed while the fault was active: the load did not overlap it")
-        return out
+            return ["no token was streamed while the fault was active: the load did not overlap it"]
+        return []
 
     def _went_down(self) -> bool:
         return any(t.old == "up" and t.new != "up" for t in self.faulted)
@@ -82,6 +88,7 @@ class FaultOutcome:
 def run_with_fault(dep, spec: FaultSpec, load_spec: LoadSpec, reference: LoadResult,
                    progress=None) -> FaultOutcome:
     """Run `load_spec` for the whole fault window on `dep`, inject `spec`, judge the result."""
+    spec = check_held(spec, dep.lab)
     load_spec = dataclasses.replace(load_spec, duration_s=spec.after_s + spec.hold_s + 3.0)
     targets = spec.target_rails(dep.lab.rails)
     status_before = evidence.rail_totals(evidence.read_status(dep.status_dir))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from r2cc_serve.bench import report, spec
@@ -34,14 +36,19 @@ def test_backends():
 
 def test_fault_specs():
     f = spec.parse_fault("h0:1:down@30%", hosts=2, rails=4)
-    assert (f.host, f.rail, f.kind, f.arg, f.at) == (0, 1, "down", None, 0.3)
+    assert (f.fault.host, f.fault.rail, f.fault.kind, f.at, f.text) == (0, 1, "down", 0.3, "h0:1:down@30%")
     assert spec.parse_fault("h1:rail2:blackhole", 2, 4).at == spec.DEFAULT_FAULT_AT
-    assert spec.parse_fault("h0:0:degrade:100mbit@50%", 2, 4).arg == "100mbit"
+    assert spec.parse_fault("h0:0:degrade:100mbit@50%", 2, 4).fault.rate == "100mbit"
     flap = spec.parse_fault("h0:3:flap:200:3@10%", 2, 4)
-    assert flap.arg == (200, 3) and spec.FaultSpec.from_dict(flap.to_dict()) == flap
+    assert (flap.fault.period_ms, flap.fault.count) == (200, 3)
+    assert spec.BenchFault.from_dict(json.loads(json.dumps(flap.to_dict()))) == flap
     for bad, msg in [("h2:0:down", "host 2"), ("h0:4:down", "rail 4"), ("h0:0:explode", "kind"),
-                     ("h0:0:degrade", "one rate"), ("h0:0:flap:1", "PERIOD_MS:COUNT"), ("x", "not valid"),
-                     ("h0:0:down:7", "no arguments")]:
+                     ("h0:0:degrade", "one argument, RATE"), ("h0:0:flap:1", "PERIOD_MS and COUNT"),
+                     ("x", "not valid"), ("h0:0:down:7", "no arguments"), ("h0:0:down@30", "percentage"),
+                     ("h0:0:down@2000%", "between 0 and 1000"),
+                     # what the bench cannot clear by itself afterwards
+                     ("h0:0:drain", "cannot be used here"), ("h0:all-down", "cannot be used here"),
+                     ("h0:0:clear", "cannot be used here")]:
         with pytest.raises(UserError, match=msg):
             spec.parse_fault(bad, 2, 4)
     with pytest.raises(UserError, match="at least 2 rails"):

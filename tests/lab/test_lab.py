@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from r2cc_serve.faults import FaultSpec, parse_fault_text
 from r2cc_serve.lab import Lab, LabError
 from r2cc_serve.lab.cli import parse_host, parse_rail
 from r2cc_serve.lab.layout import check_rate
@@ -194,6 +195,25 @@ def test_flap_ends_with_the_link_up(lab2):
     assert link(lab2.status(), 1, 0)["link_up"]
 
 
+def test_specs_of_the_fault_model_and_their_undo(lab2):
+    """What the demo, the bench and schedules use: Lab.inject(FaultSpec), undone by spec.undo()."""
+    everything = FaultSpec("all-down", host=0)
+    lab2.inject(everything)
+    st = lab2.status()
+    assert not any(link(st, 0, k)["link_up"] for k in range(4)) and lab2.ping(0, lab2.mgmt_ip(1))
+    for undo in everything.undo(lab2.rails):
+        lab2.inject(undo)
+    assert all(comes_back(lab2, 0, 1, k) for k in range(4)) and lab2.status()["faults"] == []
+    degrade = parse_fault_text("h1:2:degrade:10mbit")
+    lab2.inject(degrade)
+    assert kinds(lab2.status(), 1, 2) == {"degrade": "10mbit"}
+    [clear] = degrade.undo(lab2.rails)
+    lab2.inject(clear)
+    assert lab2.status()["faults"] == []
+    with pytest.raises(LabError, match="drain is not a lab fault"):
+        lab2.inject(FaultSpec("drain", host=0, rail=1))
+
+
 def test_bad_fault_arguments_raise_lab_error(lab2):
     with pytest.raises(LabError, match="rail 4 is out of range"):
         lab2.fault(0, 4, "down")
@@ -201,6 +221,10 @@ def test_bad_fault_arguments_raise_lab_error(lab2):
         lab2.fault(2, 0, "down")
     with pytest.raises(LabError, match="unknown fault kind"):
         lab2.fault(0, 0, "explode")
+    with pytest.raises(LabError, match="unknown fault kind 'drain'"):  # not a lab kind
+        lab2.fault(0, 0, "drain")
+    with pytest.raises(LabError, match="down takes no argument"):
+        lab2.fault(0, 0, "down", "now")
     with pytest.raises(LabError, match="rate 'fast' is not valid"):
         lab2.fault(0, 0, "degrade", "fast")
     with pytest.raises(LabError, match="flap needs"):
@@ -247,8 +271,10 @@ def test_test_prefix_never_touches_the_default_lab(lab2):
     (["up", "--rate", "fast"], "rate 'fast' is not valid"),
     (["up", "--mtu", "70000"], "--mtu must be between"),
     (["fault", "x1", "0", "down"], "HOST 'x1' is not a host"),
-    (["fault", "0", "0", "degrade"], "fault degrade takes 1 argument"),
-    (["fault", "0", "0", "flap", "100"], "fault flap takes 2 argument"),
+    (["fault", "0", "0", "degrade"], "degrade takes one argument, RATE"),
+    (["fault", "0", "0", "flap", "100"], "flap takes PERIOD_MS and COUNT"),
+    (["fault", "0", "0", "flap", "100", "x"], "flap needs whole numbers"),
+    (["fault", "0", "0", "down", "7"], "down takes no arguments"),
     (["fault", "0", "0", "explode"], "invalid choice"),
 ])
 def test_cli_rejects_bad_input_cleanly(args, message):
