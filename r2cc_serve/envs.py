@@ -40,19 +40,23 @@ _knob("R2CC_RAIL_WINDOW_BYTES", 1024 * 1024, int,
 _knob("R2CC_HEARTBEAT_MS", 5, int,
       "An idle rail sends a heartbeat this often so the peer can tell silence from death.")
 _knob("R2CC_RAIL_TIMEOUT_MS", 60, int,
-      "A rail that delivers no byte for this long is declared failed (no-progress detector).")
+      "A rail whose peer sent nothing and whose peer's kernel acknowledged none of our bytes "
+      "for this long is suspect: its chunks move to the other rails. A silent peer whose "
+      "kernel still acknowledges is a stalled process, not a failed rail.")
 _knob("R2CC_PEER_SILENCE_MS", 400, int,
-      "When every rail to a peer is silent at once (stalled peer or dead host, not one bad "
-      "rail), rails are failed only after this long.")
+      "A suspect rail whose path stays dead this long is failed and reconnected; a peer "
+      "process silent this long (its host acknowledging) is reported as stalled.")
 _knob("R2CC_PROBE_INTERVAL_MS", 200, int,
       "How often a failed rail is probed (reconnect attempt) for re-admission.")
 _knob("R2CC_ALL_RAILS_DOWN_GRACE_MS", 600, int,
-      "With no healthy rail to a peer, wait this long for one to come back before the "
-      "group aborts with RailsDownError on every rank.")
+      "A collective waiting on a peer with no healthy rail waits this long for one to come "
+      "back, then the group aborts with RailsDownError on every rank. With no collective "
+      "waiting, an outage fails nothing and the group heals when a rail returns.")
 _knob("R2CC_CONNECT_TIMEOUT_S", 30.0, float,
       "Group set-up: how long to wait for every rail connection.")
 _knob("R2CC_OP_TIMEOUT_S", 300.0, float,
-      "Upper bound for one collective; a wait longer than this aborts the group.")
+      "Upper bound for one collective; a wait longer than this aborts the group (with "
+      "PeerStalledError naming the rank when a stalled process is why).")
 _knob("R2CC_WATCHDOG_REALTIME", True, _bool,
       "Run the heartbeat/failure-detection thread with SCHED_FIFO priority (or a lower nice "
       "value without the privilege), so a saturated CPU is not mistaken for a dead rail.")
