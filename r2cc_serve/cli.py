@@ -17,6 +17,7 @@ _SUBCOMMANDS = [
     "r2cc_serve.admin.cli",
     "r2cc_serve.serving.cli",
     "r2cc_serve.knobs_cli",
+    "r2cc_serve.sched.cli",
 ]
 
 
