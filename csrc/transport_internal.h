@@ -41,6 +41,7 @@ struct Transport::Conn {
   int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   int64_t last_probe_ns = 0;
+  int64_t last_echoed_ns = 0;  // the peer's clock on the last heartbeat we echoed (reader thread only)
   // stats
   ConnStats st;
   int64_t busy_since_ns = 0;  // inflight went non-empty

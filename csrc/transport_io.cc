@@ -14,6 +14,7 @@ constexpr int kPollMs = 10;
 constexpr size_t kMaxAcksPerWrite = 512;
 constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
 constexpr uint32_t kMaxAbortReason = 4096;
+constexpr int64_t kEchoEveryNs = 100000000;  // heartbeat echoes (RTT samples): ~10 per second per rail
 
 FrameHeader ctrl_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {
   return FrameHeader{kFrameMagic, uint32_t(t), seq, offset, 0, len, 0};
@@ -482,7 +483,12 @@ void Transport::reader_loop(Conn& c) {
           break;
         }
         case FrameType::kHeartbeat: {
+          // Echo a few per second (the RTT estimate needs no more): an echo per heartbeat
+          // woke this rail's writer and the peer's reader 200 times a second for nothing.
+          const int64_t sent = int64_t(h.offset);
+          if (sent - c.last_echoed_ns < kEchoEveryNs && sent >= c.last_echoed_ns) break;
           std::lock_guard<std::mutex> g(mu_);
+          c.last_echoed_ns = sent;
           if (c.epoch.load() == epoch) c.ctrl.push_back(ctrl_frame(FrameType::kHeartbeatEcho, 0, h.offset));
           p.cv.notify_all();
           break;

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from r2cc_serve.errors import UserError
 
@@ -18,6 +20,7 @@ _SUBCOMMANDS = [
     "r2cc_serve.serving.cli",
     "r2cc_serve.knobs_cli",
     "r2cc_serve.sched.cli",
+    "r2cc_serve.loadtest.cli",
 ]
 
 
@@ -34,7 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM (kill, a CI time-out) unwinds like Ctrl-C: labs, vLLM processes and other
+    # resources are released by the same context managers instead of being left behind.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

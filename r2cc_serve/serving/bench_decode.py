@@ -23,6 +23,7 @@ import sys
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.faults import HELD_KINDS, FaultSpec
+from r2cc_serve.serving import evidence
 from r2cc_serve.serving.deploy import single_instance, two_nodes
 from r2cc_serve.serving.faults import parse_option
 from r2cc_serve.serving.labctx import lab_session
@@ -76,6 +77,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
 
 
+def _rail_health(before: dict, dep) -> dict:
+    """r2cc only: rails failed over and bytes sent on fallback rails during a round (both 0
+    without a fault: a busy CPU must not look like a broken network)."""
+    delta = evidence.diff_totals(before, evidence.rail_totals(evidence.read_status(dep.status_dir)))
+    if not delta:
+        return {}
+    return {"rail_failovers": sum(t["failovers"] for t in delta.values()),
+            "fallback_bytes": sum(t["bytes_sent"] for t in delta.values() if t["fallback"])}
+
+
 def run(args) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or any(b not in ("default", "r2cc") for b in backends):
@@ -101,15 +112,19 @@ def run(args) -> int:
                 for i in range(args.rounds):
                     load_before = _loadavg()
                     tx_before = _tx_bytes(lab)
+                    rails_before = evidence.rail_totals(evidence.read_status(dep.status_dir))
                     r = run_load(dep.url, dep.model, spec)
                     tx = {k: v - tx_before.get(k, 0) for k, v in _tx_bytes(lab).items()}
                     runs.append(r)
                     s = r.summary()
-                    s.update(loadavg_before=load_before, loadavg_after=_loadavg(), host0_tx_bytes=tx)
+                    s.update(loadavg_before=load_before, loadavg_after=_loadavg(), host0_tx_bytes=tx,
+                             **_rail_health(rails_before, dep))
                     entry["rounds"].append(s)
                     _say(f"{backend} round {i + 1}/{args.rounds}: {s['tokens_per_s']} tok/s, TPOT p50 "
                          f"{_ms(s['tpot_p50_s'])} p99 {_ms(s['tpot_p99_s'])}, ITL p99 {_ms(s['itl_p99_s'])}, "
-                         f"{s['failed']} failed (load {load_before})")
+                         f"{s['failed']} failed (load {load_before})"
+                         + (f"; rail failovers {s['rail_failovers']}, fallback bytes {s['fallback_bytes']}"
+                            if backend == "r2cc" else ""))
                 entry["median"] = {k: statistics.median(x[k] for x in entry["rounds"] if x[k] is not None)
                                    for k in ROUND_KEYS}
                 # vLLM's greedy output may depend on batch composition; rounds of one backend
