@@ -43,7 +43,7 @@ void Transport::watchdog_loop() {
       if (p->rank == rank_ || p->closed) continue;
       check_peer_rails_locked(*p, now, stall_end_ns);
       for (auto& c : p->conns) {
-        send_heartbeat_locked(*c, now);
+        send_heartbeat_locked(*c, *p, now);
         update_bandwidth_locked(*c, now);
       }
     }
@@ -117,18 +117,27 @@ void Transport::track_stall_locked(Peer& p, int64_t now, bool silent_alive, int6
   }
 }
 
-void Transport::send_heartbeat_locked(Conn& c, int64_t now) {
+void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   // Heartbeats come from this one thread for every rail: the peer hears us while our
   // writers are busy or starved, and our kernel always has fresh bytes for the peer's
-  // kernel to acknowledge (the path evidence above). Room in the send buffer makes a
-  // partial write of one frame impossible.
+  // kernel to acknowledge (the path evidence above). Acks owed to the peer ride along
+  // (small messages' acks wait for this, at most heartbeat_ms). Room in the send buffer
+  // makes a partial write impossible.
   const int64_t hb_ns = ms_ns(opt_.heartbeat_ms);
-  if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns || send_space(c.fd) < 4096) return;
-  FrameHeader hb{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0};
-  const int sent = send_small_nonblocking(c.fd, &hb, sizeof(hb));
+  if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns) return;
+  const int space = send_space(c.fd) - 4096;
+  if (space < int(sizeof(FrameHeader))) return;
+  std::vector<FrameHeader> frames{FrameHeader{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0}};
+  const size_t acks = take_acks_locked(c, p, frames, now, size_t(space) / sizeof(FrameHeader));
+  const int sent = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
   if (sent == 1) {
     c.last_tx_ns = now;
     c.note_tx(now, ms_ns(opt_.rail_timeout_ms) / 2);
+  } else if (sent == 0) {  // nothing left: the acks go back in front, in order
+    for (size_t i = frames.size(); i-- > frames.size() - acks;) {
+      p.acks.push_front(c.acks_carried.back().second);
+      c.acks_carried.pop_back();
+    }
   }
   if (sent < 0)
     fail_conn_locked(c, c.epoch.load(),

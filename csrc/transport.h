@@ -198,7 +198,7 @@ class Transport {
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
   bool path_dead_locked(const Conn& c, int64_t now, int64_t stall_end_ns) const;
   void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
-  void send_heartbeat_locked(Conn& c, int64_t now);
+  void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);
   void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);
   std::string no_path_error_locked(const Peer& p, ErrorKind* kind) const;
@@ -227,7 +227,9 @@ class Transport {
   // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes.
   std::string write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                           const std::function<bool()>& stale);
-  void take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now);
+  // Moves owed acks into `frames` (at most `max_total` frames in all); returns how many.
+  size_t take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
+                          size_t max_total = 512);
   void finish_chunk_write_locked(const Chunk& chunk);
   void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
   void suspect_conn_locked(Conn& c, const std::string& reason);

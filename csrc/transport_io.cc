@@ -14,6 +14,7 @@ constexpr int kPollMs = 10;
 constexpr size_t kMaxAcksPerWrite = 512;
 constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
 constexpr uint32_t kMaxAbortReason = 4096;
+constexpr int kIdleWriterWaitMs = 100;
 constexpr int64_t kEchoEveryNs = 100000000;  // heartbeat echoes (RTT samples): ~10 per second per rail
 
 FrameHeader ctrl_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {
@@ -154,16 +155,20 @@ std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeade
   return err;
 }
 
-void Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now) {
+size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
+                                   size_t max_total) {
   // A suspect rail carries no acks: they would sit in its dead buffers while the
   // sender waits for them.
-  while (!c.suspect && !p.acks.empty() && frames.size() < kMaxAcksPerWrite) {
+  const size_t before = frames.size();
+  max_total = std::min(max_total, kMaxAcksPerWrite);
+  while (!c.suspect && !p.acks.empty() && frames.size() < max_total) {
     const AckItem a = p.acks.front();
     p.acks.pop_front();
     frames.push_back(ctrl_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
     c.acks_carried.emplace_back(now, a);
   }
   while (!c.acks_carried.empty() && now - c.acks_carried.front().first > kAckMemoryNs) c.acks_carried.pop_front();
+  return frames.size() - before;
 }
 
 void Transport::finish_chunk_write_locked(const Chunk& chunk) {
@@ -359,7 +364,6 @@ bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
 
 void Transport::writer_loop(Conn& c) {
   Peer& p = *peers_[c.peer];
-  const int64_t hb_ns = int64_t(opt_.heartbeat_ms) * 1000000;
   std::vector<FrameHeader> frames;
   std::string abort_reason;
   ErrorKind abort_kind = ErrorKind::kAborted;
@@ -401,7 +405,10 @@ void Transport::writer_loop(Conn& c) {
         }
       }
       if (frames.empty() && !chunk.msg && abort_reason.empty()) {
-        p.cv.wait_for(lk, std::chrono::nanoseconds(std::max<int64_t>(hb_ns - (now - c.last_tx_ns), 100000)));
+        // Nothing to write. Work arrives with a notify; acks owed to the peer ride on the
+        // watchdog's heartbeats, so an idle writer need not wake every heartbeat period
+        // (it did, and spun in 0.1 ms steps until the heartbeat went out).
+        p.cv.wait_for(lk, std::chrono::milliseconds(kIdleWriterWaitMs));
         continue;
       }
       // Control frames go first; the chunk's header closes them unless an abort
