@@ -50,12 +50,11 @@ void Transport::watchdog_loop() {
   }
 }
 
-bool Transport::path_dead_locked(const Conn& c, int64_t now, int64_t stall_end_ns) const {
+bool Transport::path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns) const {
   const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
   // Judge only after sending without pause for a whole timeout: after a pause of ours the
   // first bytes may wait for the peer's delayed ACK, which is not the path's fault.
   if (now - std::max(c.tx_resume_ns.load(), stall_end_ns) <= timeout_ns) return false;
-  const PathInfo pi = path_info(c.fd);
   if (!pi.ok || int64_t(pi.last_ack_recv_ms) * 1000000 <= timeout_ns) return false;
   // Sent and unacknowledged, or stuck unsent with the peer's window open (no route: our
   // own link is down). A zero window is a peer process that stopped reading: not the path.
@@ -79,8 +78,17 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
     const int64_t silent = now - std::max(c.last_rx_ns.load(), stall_end_ns);
     // Bytes already queued in the kernel: the peer spoke, our reader is just slow to run.
     const bool hears = silent < timeout_ns || bytes_readable(c.fd) > 0;
-    if (hears) all_silent = false;
-    c.path_dead = !hears && path_dead_locked(c, now, stall_end_ns);
+    if (hears) {
+      all_silent = false;
+      c.path_dead = false;
+    } else {
+      // Once dead, a path stays dead until there is evidence of life (the peer speaks, or
+      // its kernel acknowledges again): a pause in our own sending only withholds evidence,
+      // and must not put a dead rail back in service (it did, and the rail flapped).
+      const PathInfo pi = path_info(c.fd);
+      if (!c.path_dead) c.path_dead = path_dead_locked(c, pi, now, stall_end_ns);
+      else if (pi.ok && int64_t(pi.last_ack_recv_ms) * 1000000 < timeout_ns) c.path_dead = false;
+    }
     if (c.path_dead) {
       any_dead = true;
       const PathInfo pi = path_info(c.fd);

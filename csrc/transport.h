@@ -40,6 +40,8 @@
 
 namespace r2cc {
 
+struct PathInfo;  // net.h
+
 struct TransportOptions {
   size_t chunk_bytes = 256 * 1024;
   size_t window_bytes = 1024 * 1024;
@@ -196,7 +198,7 @@ class Transport {
   // failure detection (detector.cc)
   void watchdog_loop();
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
-  bool path_dead_locked(const Conn& c, int64_t now, int64_t stall_end_ns) const;
+  bool path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns) const;
   void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);

@@ -82,9 +82,14 @@ class R2ccBackend:
         return all(s["state"] == "up" for s in self.comm.rail_stats())
 
     def detection(self, rail: int) -> dict:
-        """How the failure of `rail` was seen: slowest detection over peers, and the first error."""
+        """How the failure of `rail` was seen: slowest detection over the connections that failed
+        since the last call (the worker calls it before and after a fault; a connection that did
+        not fail this time keeps an older failure's figure, which must not count), first error."""
         conns = [s for s in self.comm.rail_stats() if s["rail"] == rail]
-        return {"detect_s": max((s["last_detect_s"] for s in conns), default=None),
+        seen = getattr(self, "_failovers_seen", {})
+        failed = [s for s in conns if s["failovers"] > seen.get((s["peer"], s["rail"]), 0)]
+        self._failovers_seen = {**seen, **{(s["peer"], s["rail"]): s["failovers"] for s in conns}}
+        return {"detect_s": max((s["last_detect_s"] for s in failed), default=None),
                 "rail_error": next((s["last_error"] for s in conns if s["last_error"]), None),
                 "failovers": sum(s["failovers"] for s in conns),
                 "states": [s["state"] for s in conns]}
