@@ -1,0 +1,129 @@
+"""Lab faults done inside one process, with no command started: link flags and nftables.
+
+The lab CLI starts `ip`/`nft` for each change; under serving load a process start at nice 0
+waits seconds for a CPU. Here everything is opened once, before the round:
+  - one socket per namespace (created inside it, lab/probe.py): SIOCSIFFLAGS on that socket sets
+    a link down or up in that namespace, SIOCGIFFLAGS reads whether the kernel sees a carrier;
+  - libnftables through ctypes, called with this thread inside the host's namespace (setns),
+    for the blackhole table (same table name as the lab's, so `r2cc lab fault ... clear` and
+    the lab's own clear remove it too).
+Rate changes (degrade, and clear after one) still run `tc` (lab/shaping.py): the fault daemon's
+real-time priority is inherited by that child, so it starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import fcntl
+import os
+import socket
+import struct
+import time
+from typing import Iterator
+
+from r2cc_serve.lab.layout import Layout
+from r2cc_serve.lab.netns import NETNS_DIR, LabError
+from r2cc_serve.lab.probe import socket_in_netns
+
+_SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
+_IFF_UP, _IFF_RUNNING = 0x1, 0x40  # RUNNING: the kernel sees a carrier (both veth ends up)
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class LinkSwitch:
+    """Link up/down and carrier reads on lab interfaces, through one socket per namespace."""
+
+    def __init__(self, namespaces: list[str]):
+        self._socks = {ns: socket_in_netns(ns, socket.AF_INET, socket.SOCK_DGRAM) for ns in namespaces}
+
+    def flags(self, ns: str, dev: str) -> int:
+        req = struct.pack("16sH22x", dev.encode(), 0)
+        return struct.unpack("16sH22x", fcntl.ioctl(self._socks[ns].fileno(), _SIOCGIFFLAGS, req))[1]
+
+    def set_up(self, ns: str, dev: str, up: bool) -> None:
+        flags = self.flags(ns, dev)
+        flags = flags | _IFF_UP if up else flags & ~_IFF_UP
+        fcntl.ioctl(self._socks[ns].fileno(), _SIOCSIFFLAGS, struct.pack("16sH22x", dev.encode(), flags))
+
+    def carrier(self, ns: str, dev: str) -> bool:
+        return bool(self.flags(ns, dev) & _IFF_RUNNING)
+
+    def wait_carrier(self, ns: str, dev: str, present: bool, timeout_s: float = 0.2) -> float | None:
+        """time.monotonic() when the carrier of dev was first seen present/absent (None: not in time)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            if self.carrier(ns, dev) == present:
+                return now
+            if now > deadline:
+                return None
+            time.sleep(0.0002)
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+
+
+class NftInNamespaces:
+    """libnftables in-process; each call runs with the calling thread inside the target namespace."""
+
+    def __init__(self, namespaces: list[str]):
+        path = ctypes.util.find_library("nftables") or "libnftables.so.1"
+        try:
+            self._lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise LabError(f"cannot load libnftables ({exc}): apt-get install -y nftables") from None
+        self._lib.nft_ctx_new.restype = ctypes.c_void_p
+        self._lib.nft_ctx_new.argtypes = [ctypes.c_uint32]
+        self._lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        self._lib.nft_ctx_buffer_error.argtypes = [ctypes.c_void_p]
+        self._lib.nft_ctx_get_error_buffer.argtypes = [ctypes.c_void_p]
+        self._lib.nft_ctx_get_error_buffer.restype = ctypes.c_char_p
+        self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        self._fds = {ns: os.open(os.path.join(NETNS_DIR, ns), os.O_RDONLY) for ns in namespaces}
+        self._ctx = {}
+        for ns in namespaces:  # made inside the namespace: its netlink socket belongs there
+            with self._inside(ns):
+                self._ctx[ns] = self._lib.nft_ctx_new(0)
+                self._lib.nft_ctx_buffer_error(self._ctx[ns])
+
+    def run(self, ns: str, script: str) -> None:
+        with self._inside(ns):
+            rc = self._lib.nft_run_cmd_from_buffer(self._ctx[ns], script.encode())
+        if rc != 0:
+            err = (self._lib.nft_ctx_get_error_buffer(self._ctx[ns]) or b"").decode(errors="replace").strip()
+            raise LabError(f"nft in {ns} failed: {err or 'no message'}")
+
+    @contextlib.contextmanager
+    def _inside(self, ns: str) -> Iterator[None]:
+        enter_netns(self._fds[ns], ns)
+        try:
+            yield
+        finally:
+            enter_netns(self._home, "the original namespace")
+
+    def close(self) -> None:
+        for fd in [self._home, *self._fds.values()]:
+            os.close(fd)
+
+
+def blackhole_script(layout: Layout, rail: int, on: bool) -> str:
+    """Drop every packet in and out of the rail (on), or remove that table (off); one transaction.
+
+    "add table" first makes the delete valid whether or not the table exists.
+    """
+    table, dev = layout.blackhole_table(rail), layout.rail_ifname(rail)
+    script = f"add table inet {table}\ndelete table inet {table}\n"
+    if on:
+        script += (f"table inet {table} {{\n"
+                   f"  chain input {{ type filter hook input priority -300; iifname \"{dev}\" drop; }}\n"
+                   f"  chain output {{ type filter hook output priority -300; oifname \"{dev}\" drop; }}\n}}\n")
+    return script
+
+
+def enter_netns(fd: int, what: str) -> None:
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        raise LabError(f"setns into {what} failed: {os.strerror(ctypes.get_errno())} (needs root)")
