@@ -1,7 +1,7 @@
 """Every vLLM-internal name r2cc-serve touches, in one place, for the pinned vLLM version.
 
 vLLM's plugin surface is partly private (import paths, monkeypatch targets). When the pin moves,
-re-check these against notes/vllm.md and the new source; nothing else should import vLLM
+re-check these against docs/vllm.md and the new source; nothing else should import vLLM
 internals directly. Importing this module does not import vLLM (that takes seconds): each
 accessor imports lazily.
 """

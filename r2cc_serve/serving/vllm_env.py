@@ -28,7 +28,7 @@ BACKENDS = ("r2cc", "default")
 _CLEARED = ("R2CC_DISTRIBUTED_BACKEND", "R2CC_CONFIG", "R2CC_RAILS", "R2CC_NETNS", "R2CC_FALLBACK_RAILS",
             "GLOO_SOCKET_IFNAME", "VLLM_HOST_IP", "VLLM_PLUGINS", "PROMETHEUS_MULTIPROC_DIR")
 
-# Offline, quiet, small: what a TP=2 CPU vLLM needs on a 2-core box (notes/vllm.md).
+# Offline, quiet, small: what a TP=2 CPU vLLM needs on a 2-core box (docs/vllm.md).
 _BASE = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
