@@ -48,7 +48,14 @@ def stopped_peer(rank, world, store, stop_s, opts):
             stopper.start()
         bad = done = 0
         t0 = time.time()
-        while time.time() - t0 < stop_s + 1.5:
+        # Rank 0's clock alone decides when to stop, and every round carries its verdict: two
+        # ranks reading their own clocks can disagree on the round count by one and leave one
+        # rank waiting in a collective the other never makes.
+        keep_going = torch.ones(1, dtype=torch.int32)
+        while True:
+            keep_going.fill_(int(rank == 0 and time.time() - t0 < stop_s + 1.5))
+            if not int(comm.all_reduce(keep_going.clone(), op="max")[0]):
+                break
             n = sizes[done % 2]
             bad += not bits_equal(comm.all_reduce(inputs[n][rank].clone()), wants[n])
             done += 1
