@@ -7,7 +7,7 @@ from setuptools import setup
 
 ext = Pybind11Extension(
     "r2cc_serve._C",
-    sorted(glob.glob("csrc/*.cc")),
+    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/sched/*.cc")),
     include_dirs=["csrc"],
     cxx_std=17,
     # Built on the machine that runs it, so native vector units (AVX2/AVX-512) are safe.

@@ -5,6 +5,7 @@
 
 #include "collectives.h"
 #include "net.h"
+#include "sched/executor.h"
 #include "transport.h"
 
 namespace py = pybind11;
@@ -142,4 +143,21 @@ PYBIND11_MODULE(_C, m) {
     for (auto p : inputs) in.push_back(ptr<const void>(p));
     reduce_in_order(dt, op, ptr<void>(out), in.data(), int(in.size()), count);
   }, py::call_guard<py::gil_scoped_release>());
+
+  // Plans (r2cc_serve/sched/ir.py): a program is decoded and checked once, then run per call.
+  py::class_<PlanProgram>(m, "PlanProgram")
+      .def(py::init([](py::bytes encoded) {
+             std::string b(encoded);
+             return new PlanProgram(PlanProgram::decode(b.data(), b.size()));
+           }),
+           py::arg("encoded"), "Decode Program.encode(); ValueError naming the step if it is malformed.")
+      .def_property_readonly("steps", [](const PlanProgram& p) { return p.steps().size(); })
+      .def_property_readonly("scratch_elems", &PlanProgram::scratch_elems)
+      .def_property_readonly("in_place_safe", &PlanProgram::in_place_safe);
+  // Appended to the Transport class defined above.
+  auto transport = py::reinterpret_borrow<py::class_<Transport>>(m.attr("Transport"));
+  transport.def("all_reduce_plan", [](Transport& t, const PlanProgram& prog, uintptr_t in, uintptr_t out,
+                                      size_t count, DType dt, RedOp op) {
+    run_all_reduce_plan(t, prog, ptr<void>(in), ptr<void>(out), count, dt, op);
+  }, py::arg("program"), py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"), gil());
 }

@@ -139,8 +139,15 @@ class Transport {
   // Blocks (GIL must be released by the caller) until op completes. Throws the
   // group's error when the group was aborted; aborts the group (on every rank) when the
   // peer had no path for all_down_grace_ms while this op waited, or after op_timeout_s
-  // (naming a stalled peer when that is why).
+  // (naming a stalled peer when that is why). Same as wait_some({op}).
   void wait(const Op& op);
+  // Blocks (GIL released by the caller) until at least one op of `ops` has completed, then
+  // returns the ascending indices of every op in `ops` that has (an op done at post counts
+  // at once). Lets a caller progress out of order (csrc/sched/executor.cc). Errors as wait(),
+  // with its time limits counted from this call: every listed op's peer is watched; when the
+  // group's error is thrown, no transport thread is inside any listed op's buffer any more
+  // (the caller may free them all). Throws std::invalid_argument for an empty list.
+  std::vector<size_t> wait_some(const std::vector<Op>& ops);
 
   // Operator actions on rail `rail` of this rank (all its peer connections). Atomic under
   // the transport lock. Without `force`, drain and failover throw LastRailError (and change
@@ -203,6 +210,8 @@ class Transport {
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);
   void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);
+  // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
+  void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   std::string no_path_error_locked(const Peer& p, ErrorKind* kind) const;
 
   std::function<void()> sent_progress(Conn& c) const;  // for write loops: bytes left for the kernel

@@ -249,26 +249,64 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
   return op;
 }
 
+namespace {
+bool op_done_locked(const Op& op) {
+  return op.done_at_post || (op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done);
+}
+int op_peer(const Op& op) { return op.out ? op.out->peer : op.in->peer; }
+}  // namespace
+
 void Transport::wait(const Op& op) {
   if (op.done_at_post) return;
+  wait_ops(&op, 1, nullptr);
+}
+
+std::vector<size_t> Transport::wait_some(const std::vector<Op>& ops) {
+  if (ops.empty()) throw std::invalid_argument("r2cc: wait_some needs at least one op");
+  std::vector<size_t> done;
+  wait_ops(ops.data(), ops.size(), &done);
+  return done;
+}
+
+void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
   const int64_t start = now_ns();
   const int64_t deadline = start + int64_t(opt_.op_timeout_s * 1e9);
+  // What this wait depends on, per peer (bit 0: a receive, bit 1: a send): the path checks run
+  // once per peer and wake-up, not once per op (an executor may wait on hundreds).
+  std::vector<uint8_t> waits_on(size_t(world_), 0);
+  for (size_t i = 0; i < n; ++i) waits_on[size_t(op_peer(ops[i]))] |= ops[i].out ? 2 : 1;
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    if ((op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done)) return;
-    const int peer = op.out ? op.out->peer : op.in->peer;
-    if (error_.empty() && peers_[peer]->closed)
-      throw AbortedError(ErrorKind::kPeerGone,
-                         "r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
-                             std::to_string(rank_) + " still " + (op.out ? "sent to" : "expected data from") +
-                             " it (the ranks ran different sequences of collectives)");
-    if (error_.empty()) check_wait_locked(peer, bool(op.out), start, deadline);
+    bool any = false;
+    for (size_t i = 0; i < n; ++i)
+      if (op_done_locked(ops[i])) {
+        any = true;
+        if (done) done->push_back(i);
+      }
+    if (any) return;
+    // Nothing done yet. Stalled peers first, so a timeout names the stalled one.
+    for (int pass = 0; pass < 2 && error_.empty(); ++pass)
+      for (int peer = 0; peer < world_ && error_.empty(); ++peer) {
+        const uint8_t w = waits_on[size_t(peer)];
+        if (!w || (peers_[peer]->stalled_since_ns != 0) != (pass == 0)) continue;
+        if (peers_[peer]->closed)
+          throw AbortedError(ErrorKind::kPeerGone,
+                             "r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
+                                 std::to_string(rank_) + " still " + (w & 2 ? "sent to" : "expected data from") +
+                                 " it (the ranks ran different sequences of collectives)");
+        check_wait_locked(peer, w & 2, start, deadline);
+      }
     if (!error_.empty()) {
       // The caller frees its buffers once this throws: first let any thread still inside
       // one of them step out (they stop within one poll interval after the abort).
       const int64_t until = now_ns() + 200000000LL;
-      while (((op.in && op.in->active_readers > 0) || (op.out && op.out->active_writers > 0)) && now_ns() < until)
-        done_cv_.wait_for(lk, std::chrono::milliseconds(1));
+      auto busy = [&] {
+        for (size_t i = 0; i < n; ++i)
+          if ((ops[i].in && ops[i].in->active_readers > 0) || (ops[i].out && ops[i].out->active_writers > 0))
+            return true;
+        return false;
+      };
+      while (busy() && now_ns() < until) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
       throw_error_locked();
     }
     done_cv_.wait_for(lk, std::chrono::milliseconds(50));
