@@ -71,6 +71,37 @@ _knob("R2CC_ALLREDUCE_ONE_SHOT_BYTES", 32 * 1024, int,
       "all_reduce of at most this many bytes: one exchange of whole inputs (half the message "
       "delays of reduce-scatter + all-gather). Must be equal on every rank.")
 
+# --- schedules (r2cc_serve/sched/: planner, plans, the C++ plan executor) ------------
+_knob("R2CC_SCHEDULE", "auto", str,
+      "all_reduce schedule: auto (the planner picks from size and every rank's bandwidth: "
+      "OptCC when a host lost rails; with 2 ranks it keeps builtin, which nothing beats there), "
+      "builtin (the fixed C++ path: one-shot up to R2CC_ALLREDUCE_ONE_SHOT_BYTES, else direct), "
+      "or a forced plan: direct, one_shot, optcc (ring and r2ccl only beyond 16 ranks: partial "
+      "sums change the bits). Every schedule gives the same bits. Must be equal on every rank.")
+_knob("R2CC_BANDWIDTH_TABLE", "", str,
+      "Fixed per-rank bandwidth for auto/optcc, comma-separated (fractions or bytes/s, e.g. "
+      "1,1,1,0.5), equal on every rank; replaces the in-band exchange of healthy rails (tests, "
+      "known topologies). Empty: the ranks exchange what they measure.")
+_knob("R2CC_RAIL_BPS", 1.25e9, float,
+      "Nominal bytes/s of one rail. A rank's capacity for the planner is this times its healthy "
+      "rails; schedule shares depend only on the ratios, the size cut-offs on the absolute value.")
+_knob("R2CC_PLAN_ALPHA_S", 80e-6, float,
+      "Planner cost model: seconds of one message delay on the critical path (a 4 KiB "
+      "all_reduce on loopback takes ~80-90 us here); sets where one_shot gives way to direct.")
+_knob("R2CC_PLAN_MSG_OVERHEAD_S", 20e-6, float,
+      "Planner cost model: seconds each message costs the busiest rank (posting, framing, "
+      "acks, wake-ups); limits how many micro-chunks optcc cuts a vector into.")
+_knob("R2CC_PLAN_TRIAL_CALLS", 6, int,
+      "auto: where the cost model prefers a plan to the built-in path's choice, this many calls "
+      "of that size alternate the two and the ranks keep the faster by their clocks (the model "
+      "cannot see busy CPUs). Even; 0 trusts the model.")
+_knob("R2CC_PLAN_REFRESH_CALLS", 256, int,
+      "auto/optcc: the ranks re-exchange their bandwidth (one 8-byte all_gather) once this many "
+      "all_reduces ran on the current table, so a rail failure re-plans within that many calls.")
+_knob("R2CC_PLAN_REFRESH_BYTES", 16 * 1024 * 1024, int,
+      "auto/optcc: ... or once this many all_reduce bytes ran on it (a call this large "
+      "re-exchanges every time: the exchange is noise beside the transfer).")
+
 # --- vLLM integration ------------------------------------------------------------
 _knob("R2CC_DISTRIBUTED_BACKEND", "default", str,
       "Set by `vllm serve --distributed-backend r2cc` (inherited by engine and workers); "

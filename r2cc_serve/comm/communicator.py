@@ -86,6 +86,15 @@ class _Plan:
     one_shot_bytes: int
 
 
+@dataclass(frozen=True)
+class ControlPlane:
+    """How a rank's rail monitor and control agent name it (status file, events, admin API)."""
+
+    node: int = 0
+    global_rank: int | None = None   # None: the rank in this group
+    default_host: str | None = None  # host label when neither R2CC_HOST_LABEL nor a netns names it
+
+
 class Communicator:
     """A group of ranks joined by several rails (one TCP connection per rail per pair).
 
@@ -96,11 +105,14 @@ class Communicator:
     group: name that keeps several groups on one store apart.
     fallback_rails: rails that carry data only when every primary rail to a peer is down
         (e.g. the management network): serving goes on, slower, instead of failing.
+    control: how the control plane names this rank; it starts with the group when R2CC_CONTROL
+        is on (``start_control``/``stop_control`` switch it later).
     options: overrides of TransportOptions fields (else the R2CC_* knobs).
     """
 
     def __init__(self, rank: int, world_size: int, store, rails: list[str], netns: str | None = None,
-                 group: str = "default", fallback_rails: list[str] | None = None, **options):
+                 group: str = "default", fallback_rails: list[str] | None = None,
+                 control: ControlPlane = ControlPlane(), **options):
         if world_size < 1 or not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is outside world size {world_size}")
         if not rails:
@@ -114,6 +126,10 @@ class Communicator:
         self._durations = DurationHistogram()
         self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"),
                            one_shot_bytes=envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"))
+        self._sched = None  # GroupSchedule when all_reduce runs plans (R2CC_SCHEDULE != builtin)
+        self._rail_Bps = envs.get("R2CC_RAIL_BPS")
+        self._schedules = {}  # (schedule, table, allow_partial_sums) -> GroupSchedule
+        self.set_schedule(envs.get("R2CC_SCHEDULE"), envs.get("R2CC_BANDWIDTH_TABLE"))
         prefix = f"r2cc/{group}/"
         if rank == 0:
             store.set(prefix + "secret", os.urandom(32).hex())
@@ -136,19 +152,21 @@ class Communicator:
         with translate_errors():
             self._t.connect_all(addrs)
         self.monitor = self.agent = None
+        self.control = control
         if envs.get("R2CC_CONTROL"):
-            self._start_control(node=0)
+            self.start_control()
 
-    def _start_control(self, node: int, global_rank: int | None = None, default_host: str | None = None) -> None:
-        """Rail monitor (events, status file) and control agent for this rank."""
+    def start_control(self) -> None:
+        """Starts (or restarts) this rank's rail monitor (events, status file) and control agent."""
         from r2cc_serve.health.agent import ControlAgent
         from r2cc_serve.health.monitor import RailMonitor
 
         self.stop_control()
+        c = self.control
         host = envs.get("R2CC_CONTROL_HOST") or os.environ.get("VLLM_HOST_IP") or "127.0.0.1"
-        rank = self.rank if global_rank is None else global_rank
-        label = envs.get("R2CC_HOST_LABEL") or self.netns or default_host or f"rank{rank}"
-        self.monitor = RailMonitor(self, self.group, rank, node, envs.get("R2CC_STATUS_DIR") or None,
+        rank = self.rank if c.global_rank is None else c.global_rank
+        label = envs.get("R2CC_HOST_LABEL") or self.netns or c.default_host or f"rank{rank}"
+        self.monitor = RailMonitor(self, self.group, rank, c.node, envs.get("R2CC_STATUS_DIR") or None,
                                    envs.get("R2CC_MONITOR_INTERVAL_MS") / 1000.0, host=label)
         self.agent = ControlAgent(self, self.monitor, host).start()
         self.monitor.extra.update(agent_address=self.agent.address, agent_token=self.agent.token)
@@ -168,8 +186,11 @@ class Communicator:
         """Sum (or max/min) over ranks, in canonical rank order: bit-identical on every run."""
         src = _contiguous(tensor)
         out = src if inplace else torch.empty_like(src)
-        self._run("all_reduce", src.data_ptr(), out.data_ptr(), src.numel(), _dtype(src), _op(op),
-                  self._plan.slice_bytes, self._plan.one_shot_bytes)
+        if self._sched is None:
+            self._run("all_reduce", src.data_ptr(), out.data_ptr(), src.numel(), _dtype(src), _op(op),
+                      self._plan.slice_bytes, self._plan.one_shot_bytes)
+        else:
+            self._run_planned(src, out, _dtype(src), _op(op))
         if inplace and src is not tensor:
             tensor.copy_(src)
             return tensor
@@ -220,6 +241,71 @@ class Communicator:
         if buf is not tensor:
             tensor.copy_(buf)
         return tensor
+
+    # ---- schedules ------------------------------------------------------------------
+
+    def set_schedule(self, schedule: str, table: str = "", allow_partial_sums: bool = False) -> None:
+        """How all_reduce runs from the next call on: 'builtin' (the fixed C++ path), 'auto' (the
+        planner), or a forced plan ('direct', 'one_shot', 'optcc'; 'ring'/'r2ccl' beyond 16 ranks,
+        or with allow_partial_sums for benchmarks). ``table``: fixed per-rank bandwidth ('1,1,1,0.5'),
+        else auto/optcc exchange each rank's healthy rails in-band. Every rank must make the same
+        call between the same collectives (like a collective, without traffic)."""
+        from r2cc_serve.sched.cost import CostModel
+        from r2cc_serve.sched.group import GroupSchedule
+
+        key = (schedule, table, allow_partial_sums)
+        sched = self._schedules.get(key)  # switching back keeps the compiled plans
+        # Two ranks: no schedule beats the built-in one (the bound equals it), so auto keeps it
+        # and spends nothing on planning or exchanges.
+        builtin = schedule == "builtin" or (schedule == "auto" and self.world_size <= 2 and not table)
+        if sched is None and not builtin:
+            sched = GroupSchedule(self.rank, self.world_size, schedule, _C.PlanProgram, table,
+                                  full_Bps=self._rail_Bps * (self.num_rails - self.num_fallback),
+                                  refresh_calls=envs.get("R2CC_PLAN_REFRESH_CALLS"),
+                                  refresh_bytes=envs.get("R2CC_PLAN_REFRESH_BYTES"),
+                                  slice_bytes=self._plan.slice_bytes, allow_partial_sums=allow_partial_sums,
+                                  model=CostModel(alpha_s=envs.get("R2CC_PLAN_ALPHA_S"),
+                                                  overhead_s=envs.get("R2CC_PLAN_MSG_OVERHEAD_S")),
+                                  trial_calls=envs.get("R2CC_PLAN_TRIAL_CALLS"),
+                                  one_shot_bytes=self._plan.one_shot_bytes)
+            self._schedules[key] = sched
+        with self._lock:
+            self._sched, self._schedule = sched, schedule
+
+    def plan_info(self) -> dict:
+        """The schedule in use, the agreed per-rank bandwidth, the planner's epoch and choices.
+        Never waits for a running collective (the monitor calls it): the planner has its own lock."""
+        sched = self._sched
+        return {"schedule": self._schedule} if sched is None else sched.describe()
+
+    def _run_planned(self, src: torch.Tensor, out: torch.Tensor, dtype, op) -> None:
+        nbytes = src.numel() * src.element_size()
+        with self._lock, translate_errors():
+            start = time.perf_counter()
+            s = self._sched
+            if s.exchange_due(nbytes):
+                s.install([v[0] for v in self._gather_ints([self._capacity()])])
+            program, schedule, key = s.select(src.numel(), src.element_size())
+            t0 = time.perf_counter()
+            self._t.all_reduce_plan(program, src.data_ptr(), out.data_ptr(), src.numel(), dtype, op)
+            if s.observe(key, schedule, time.perf_counter() - t0):  # a trial ended: the ranks compare
+                s.decide(key, self._gather_ints(s.trial_medians_us(key)))
+            self._durations.observe(time.perf_counter() - start)
+
+    def _capacity(self) -> int:
+        """This rank's bytes/s for the planner: healthy primary rails x R2CC_RAIL_BPS."""
+        from r2cc_serve.sched.group import capacity_from_rails
+
+        states = [(s.rail, s.state) for s in self._t.stats()]
+        return capacity_from_rails(states, self.num_rails - self.num_fallback, self._rail_Bps)
+
+    def _gather_ints(self, mine: list[int]) -> list[list[int]]:
+        """Every rank's list of int64 (same length everywhere), in rank order: one all_gather."""
+        n = len(mine)
+        mine_t = torch.tensor(mine, dtype=torch.int64)  # held here: the C++ call reads its memory
+        every = torch.empty(self.world_size * n, dtype=torch.int64)
+        self._t.all_gather(mine_t.data_ptr(), every.data_ptr(), n, _C.DType.i64)
+        return every.view(self.world_size, n).tolist()
 
     # ---- operator actions and health -----------------------------------------------
 

@@ -15,7 +15,7 @@ import torch
 
 from r2cc_serve import vllm_compat
 from r2cc_serve.comm import registry
-from r2cc_serve.comm.communicator import Communicator
+from r2cc_serve.comm.communicator import Communicator, ControlPlane
 from r2cc_serve.comm.rail_config import load_rail_config
 
 log = logging.getLogger("r2cc_serve.vllm")
@@ -41,11 +41,11 @@ class R2CCCommunicator(_Base):
         node = cfg.parallel_config.node_rank if cfg is not None else 0
         rails = load_rail_config(self.global_rank, node)
         store = vllm_compat.group_store(f"r2cc/{unique_name}/")
+        # The status file, events and admin API name the global rank and the node.
         self.comm = Communicator(self.rank_in_group, self.world_size, store, rails.rails, netns=rails.netns,
-                                 group=unique_name, fallback_rails=rails.fallback_rails)
+                                 group=unique_name, fallback_rails=rails.fallback_rails,
+                                 control=ControlPlane(node, self.global_rank, f"node{node}"))
         self.node = node
-        if self.comm.agent is not None:  # the status file and events name the global rank and node
-            self.comm._start_control(node=node, global_rank=self.global_rank, default_host=f"node{node}")
         registry.register(unique_name, self.global_rank, node, self.comm)
         log.warning("r2cc: group %s rank %d/%d (global %d, node %d) up on rails %s%s%s", unique_name,
                     self.rank_in_group, self.world_size, self.global_rank, node, self.comm.rail_ips,

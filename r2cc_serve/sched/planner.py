@@ -49,15 +49,19 @@ class Planner:
     """One per communicator group. Thread-safe; ``plan()`` is cheap after the first call per size."""
 
     def __init__(self, p: int, model: cost.CostModel = cost.CostModel(), force: str | None = None,
-                 quantize_steps: int = 32, max_plans: int = 64) -> None:
+                 quantize_steps: int = 32, max_plans: int = 64, slice_bytes: int = builders.DEFAULT_SLICE_BYTES,
+                 allow_partial_sums: bool = False) -> None:
+        """``slice_bytes``: direct's pipeline slices (R2CC_PIPELINE_BYTES, as the built-in path).
+        ``allow_partial_sums``: let a benchmark force ring in a small group (its bits differ)."""
         if p < 1:
             raise UserError(f"a group needs at least one rank, got {p}")
         if force is not None and force not in builders.SCHEDULES:
             raise UserError(f"forced schedule {force!r}: choose from {', '.join(builders.SCHEDULES)}")
-        if force in PARTIAL_SUM_SCHEDULES and p <= 16:
+        if force in PARTIAL_SUM_SCHEDULES and p <= 16 and not allow_partial_sums:
             raise UserError(f"{force} uses partial sums, so its bits differ from the other schedules; "
                             "groups of up to 16 ranks must stay bit-identical")
         self.p, self.model, self.force, self.steps = p, model, force, quantize_steps
+        self.slice_bytes = slice_bytes
         self._lock = threading.Lock()
         self._bw = Bandwidth.uniform(p, 1.0)
         self._epoch = 0
@@ -107,7 +111,8 @@ class Planner:
                 self._plans.move_to_end(key)
                 return self._plans[key]
             bw = self._bw
-        plan = builders.build(choice.schedule, self.p, count, bw=bw, elem_bytes=elem_bytes, chunks=choice.chunks)
+        plan = builders.build(choice.schedule, self.p, count, bw=bw, elem_bytes=elem_bytes, chunks=choice.chunks,
+                              slice_bytes=self.slice_bytes)
         plan.info["epoch"] = self._epoch
         with self._lock:
             self._plans[key] = plan

@@ -97,8 +97,12 @@ def test_estimate_picks_sensible_chunks_and_latency_terms():
     e = cost.estimate("optcc", slow, 1.0e6, free)
     assert e.chunks == 64
     assert e.seconds == pytest.approx(cost.lower_bound(16, 0.5, 1e6, 1) * (1 + 1 / 64))
-    balanced = Bandwidth.degraded(16, 1.0, {15: 0.75})
-    assert cost.estimate("optcc", balanced, 1.0e6, free).seconds == pytest.approx(cost.lower_bound(16, 0.75, 1e6, 1))
+    balanced = Bandwidth.degraded(16, 1.0, {15: 0.75})  # the straggler owns a share: the fluid model needs no
+    # fill, but one chunk of its traffic is charged anyway (few chunks measured slower on real sockets)
+    e = cost.estimate("optcc", balanced, 1.0e6, free)
+    x_s = cost.optcc_shares(balanced.betas)[15]
+    assert e.chunks == 64 and x_s > 0
+    assert e.seconds == pytest.approx(cost.lower_bound(16, 0.75, 1e6, 1) + (1 - x_s) / 64 * 1e6 / 0.75)
     lat = cost.CostModel(alpha_s=1e-3, overhead_s=0, reduce_Bps=0)
     uni = Bandwidth.uniform(4, 1e9)
     assert cost.estimate("one_shot", uni, 8, lat).seconds < cost.estimate("direct", uni, 8, lat).seconds

@@ -1,0 +1,179 @@
+"""What a group needs to run plans: the same plan on every rank, and its programs cached.
+
+Messages match by order, so every rank must build the same plan for a call: same schedule, same
+shares, same chunks. Plans are a pure function of (schedule knob, op, count, dtype, bandwidth
+table), so the ranks only have to agree on the table, and only for schedules that read it
+(auto, optcc; a forced direct or one_shot needs nothing).
+
+The protocol: each rank knows its own capacity (its healthy rails, ``capacity_from_rails``); the
+ranks exchange these in-band, one 8-byte value per rank (an all_gather), at calls every rank
+picks alike from the calls themselves (``Agreement.due``): the first planned all_reduce, then
+whenever ``refresh_calls`` calls or ``refresh_bytes`` bytes have run on the current table. Identical
+gathered values give identical tables, quantized tables, epochs and plans everywhere. A static
+table (R2CC_BANDWIDTH_TABLE) replaces the exchange.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Sequence
+
+import numpy as np
+
+from r2cc_serve.errors import UserError
+from r2cc_serve.sched.bandwidth import Bandwidth
+from r2cc_serve.sched.cost import CostModel
+from r2cc_serve.sched import builders
+from r2cc_serve.sched.planner import Planner, size_bucket
+from r2cc_serve.sched.trials import Trials
+
+BANDWIDTH_SCHEDULES = ("auto", "optcc", "r2ccl")  # schedules whose plan depends on the table
+
+
+def parse_table(text: str, p: int, full_Bps: float = 1.0) -> Bandwidth | None:
+    """'1,1,1,0.5' (one per rank) -> a table; '' -> None. Values up to 1 are fractions of
+    ``full_Bps`` (a rank with every rail up), larger ones bytes/s."""
+    if not text.strip():
+        return None
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"bandwidth table {text!r}: use comma-separated numbers, one per rank") from None
+    if len(values) != p:
+        raise UserError(f"bandwidth table {text!r} has {len(values)} values for a group of {p} ranks")
+    v = np.array(values)
+    if v.size and v.max() <= 1.0:
+        v = v * full_Bps
+    return Bandwidth(v, v)
+
+
+def capacity_from_rails(states: Sequence[tuple[int, str]], primary_rails: int, rail_Bps: float) -> int:
+    """This rank's capacity in bytes/s: ``rail_Bps`` per primary rail that is up to some peer.
+
+    ``states``: (rail, state) of every connection of this rank. A rail down to every peer (a dead
+    NIC or cable) is lost; one up to some peers still carries full rate to them. Never 0 (a rank
+    without primary rails runs on a fallback rail or fails; the table must stay positive).
+    """
+    up = {rail for rail, state in states if rail < primary_rails and state == "up"}
+    return int(max(len(up), 0.1) * rail_Bps)
+
+
+class Agreement:
+    """When to exchange, and the table from what was exchanged. One per communicator; every rank
+    makes the same calls, so every rank's ``due`` answers alike."""
+
+    def __init__(self, p: int, refresh_calls: int, refresh_bytes: int) -> None:
+        if refresh_calls < 1 or refresh_bytes < 0:
+            raise UserError("R2CC_PLAN_REFRESH_CALLS must be >= 1 and R2CC_PLAN_REFRESH_BYTES >= 0")
+        self.p, self.refresh_calls, self.refresh_bytes = p, refresh_calls, refresh_bytes
+        self._calls = self._bytes = 0  # since the last exchange
+        self.exchanges = 0
+
+    def due(self, nbytes: int) -> bool:
+        """Counts one planned call; True when the ranks must exchange their capacities first:
+        at the first call, once ``refresh_calls`` calls or ``refresh_bytes`` bytes have run on
+        the current table, and before any call of ``refresh_bytes`` or more. So the exchange
+        costs one small all_gather per that many bytes moved, and a rail failure re-plans
+        within one refresh however large the calls are."""
+        if (not self._calls or self._calls >= self.refresh_calls or self._bytes >= self.refresh_bytes
+                or nbytes >= self.refresh_bytes):
+            self._calls, self._bytes = 1, nbytes
+            return True
+        self._calls += 1
+        self._bytes += nbytes
+        return False
+
+    def table(self, capacities: Sequence[int]) -> Bandwidth:
+        """The table every rank builds from the gathered capacities (bytes/s, rank order)."""
+        if len(capacities) != self.p:
+            raise UserError(f"gathered {len(capacities)} capacities for a group of {self.p}")
+        self.exchanges += 1
+        c = np.asarray(capacities, dtype=np.float64)
+        return Bandwidth(c, c)
+
+
+class GroupSchedule:
+    """One communicator's planned all_reduce: planner, agreement and compiled programs.
+
+    ``compile(program_bytes)`` turns this rank's ``Program.encode()`` into what the executor runs
+    (``_C.PlanProgram``); it is called once per plan. Not thread-safe: the communicator calls it
+    under its lock, and every rank must make the same calls (see the module docstring).
+    """
+
+    def __init__(self, rank: int, p: int, schedule: str, compile: Callable[[bytes], object], table: str = "",
+                 full_Bps: float = 1.25e9, refresh_calls: int = 256, refresh_bytes: int = 16 << 20,
+                 slice_bytes: int | None = None, allow_partial_sums: bool = False, max_programs: int = 64,
+                 model: CostModel = CostModel(), trial_calls: int = 6, one_shot_bytes: int = 32 << 10) -> None:
+        """``full_Bps``: a rank's capacity with every rail up (the table until one is agreed).
+        ``trial_calls``: auto only, calls per size bucket that check the model (sched.trials);
+        ``one_shot_bytes``: where the baseline (the built-in path's choice) is one_shot."""
+        self.rank, self.schedule, self._compile = rank, schedule, compile
+        self.p, self.one_shot_bytes = p, one_shot_bytes
+        self.slice_bytes = builders.DEFAULT_SLICE_BYTES if slice_bytes is None else slice_bytes
+        self.planner = Planner(p, model=model, force=None if schedule == "auto" else schedule,
+                               allow_partial_sums=allow_partial_sums, slice_bytes=self.slice_bytes)
+        self.trials = Trials(trial_calls) if schedule == "auto" else None
+        static = parse_table(table, p, full_Bps)
+        self.planner.update_bandwidth(static if static is not None else Bandwidth.uniform(p, full_Bps))
+        self.agreement = None
+        if static is None and schedule in BANDWIDTH_SCHEDULES:
+            self.agreement = Agreement(p, refresh_calls, refresh_bytes)
+        self._programs: OrderedDict[tuple, object] = OrderedDict()  # oldest compiled first
+        self._max = max_programs
+
+    def exchange_due(self, nbytes: int) -> bool:
+        """Must the ranks exchange capacities before this call? (Counts the call.)"""
+        return self.agreement is not None and self.agreement.due(nbytes)
+
+    def install(self, capacities: Sequence[int]) -> int:
+        """The gathered capacities become the planner's table; returns the epoch."""
+        epoch = self.planner.update_bandwidth(self.agreement.table(capacities))
+        if self.trials is not None:
+            self.trials.forget_before(epoch)
+        return epoch
+
+    def baseline(self, nbytes: int) -> str:
+        """What the built-in path would run for this size."""
+        return "one_shot" if nbytes <= self.one_shot_bytes else "direct"
+
+    def select(self, count: int, elem_bytes: int) -> tuple[object, str, tuple]:
+        """(compiled program, its schedule, trial key) for an all_reduce of ``count`` elements."""
+        nbytes = count * elem_bytes
+        epoch = self.planner.epoch
+        modeled = self.planner.choose("all_reduce", nbytes, elem_bytes)
+        key = (size_bucket(nbytes), elem_bytes, epoch)
+        schedule = modeled.schedule if self.trials is None else self.trials.pick(key, modeled.schedule,
+                                                                              self.baseline(nbytes))
+        pkey = (count, elem_bytes, epoch, schedule)  # a plan is a function of these (and the knobs)
+        hit = self._programs.get(pkey)
+        if hit is None:
+            if schedule == modeled.schedule:
+                plan = self.planner.plan("all_reduce", count, elem_bytes)
+            else:  # the baseline under trial: unchunked, as the built-in path runs it
+                plan = builders.build(schedule, self.p, count, bw=self.planner.bandwidth, elem_bytes=elem_bytes,
+                                      slice_bytes=self.slice_bytes)
+            hit = self._programs[pkey] = self._compile(plan.program(self.rank).encode())
+            while len(self._programs) > self._max:
+                self._programs.popitem(last=False)
+        else:
+            self._programs.move_to_end(pkey)
+        return hit, schedule, key
+
+    def program(self, count: int, elem_bytes: int):
+        """This rank's compiled program for an all_reduce of ``count`` elements."""
+        return self.select(count, elem_bytes)[0]
+
+    def observe(self, key: tuple, schedule: str, seconds: float) -> bool:
+        """Times a call; True when a trial just ended: gather ``trial_medians_us`` and ``decide``."""
+        return self.trials is not None and self.trials.observe(key, schedule, seconds)
+
+    def trial_medians_us(self, key: tuple) -> list[int]:
+        return self.trials.my_medians_us(key)
+
+    def decide(self, key: tuple, gathered_us: list[list[int]]) -> str:
+        return self.trials.decide(key, gathered_us)
+
+    def describe(self) -> dict:
+        """For operators: the schedule knob, the planner's epoch, table and choices, the trials."""
+        return {"schedule": self.schedule, "exchanges": self.agreement.exchanges if self.agreement else 0,
+                **self.planner.describe(), "trials": self.trials.describe() if self.trials else []}
