@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 
 from r2cc_serve import __version__, envs
 from r2cc_serve.admin.auth import NO_TOKEN, configured_token, token_checker
-from r2cc_serve.admin.models import ActionResult, ErrorBody, EventList, Health, Rail, RailList
+from r2cc_serve.admin.models import ActionResult, ErrorBody, EventList, Health, PlanList, Rail, RailList
 from r2cc_serve.admin.sources import StaticSource
 from r2cc_serve.admin.view import ActionError, GroupView
 
@@ -99,6 +99,10 @@ def build_router(state: AdminState) -> APIRouter:
         snap = (await state.ready_view()).snap
         return Response(snap.health_json, status_code=503 if snap.health["status"] == "down" else 200,
                         media_type="application/json")
+
+    @router.get("/plan", response_model=PlanList, summary="Each group's all_reduce schedule and bandwidth table")
+    async def plan():
+        return {"groups": (await state.ready_view()).snap.plans()}
 
     @router.get("/events", response_model=EventList, summary="Recent rail events, oldest first")
     async def events(limit: int = Query(100, ge=1, le=1000)):

@@ -67,6 +67,22 @@ def render_table(rails: list[dict]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def render_plans(groups: list[dict]) -> str:
+    """One line per group: its schedule, each rank's agreed bandwidth, the latest decisions."""
+    lines = []
+    for g in groups:
+        line = f"plan {g['group']}: {g['schedule']}"
+        if g["epoch"] is not None:
+            bws = "/".join("-" if r["bandwidth_Bps"] is None else _fmt_bytes(r["bandwidth_Bps"]) for r in g["ranks"])
+            line += f", table {g['epoch']}{'' if g['agreed'] else ' (ranks not yet agreed)'}: {bws} per s"
+        picks = [f"{_fmt_bytes(c['size_bucket_bytes'])}->{c['schedule']}" + (f"/K{c['chunks']}" if c["chunks"] > 1 else "")
+                 for c in g["choices"][-4:]]
+        if picks:
+            line += "; chose " + ", ".join(picks)
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def _get_doc(client, url: str, key: str) -> dict:
     """GET url and return its JSON document, which must have `key`; UserError otherwise."""
     r = client.get(url)
@@ -92,12 +108,15 @@ def _rails(args) -> int:
         while True:
             rails = _get_doc(client, url + "/rails", "rails")["rails"]
             health = _get_doc(client, url + "/health", "status")
+            plans = _get_doc(client, url + "/plan", "groups")["groups"]
             if args.json:
-                print(json.dumps({"rails": rails, "health": health}, indent=2))
+                print(json.dumps({"rails": rails, "health": health, "plan": plans}, indent=2))
             else:
                 if args.watch:
                     print("\x1b[2J\x1b[H", end="")
                 print(render_table(rails))
+                if plans:
+                    print("\n" + render_plans(plans))
                 print(f"\nhealth: {health['status']}" + "".join(f"\n  - {r}" for r in health["reasons"]))
             if not args.watch:
                 return 0 if health["status"] != "down" else 1

@@ -87,5 +87,35 @@ class ActionResult(BaseModel):
                     "the action was done but no reply said how the rail stands (GET /rails shows it shortly)")
 
 
+class PlanRank(BaseModel):
+    rank: int
+    host: str
+    epoch: Optional[int] = Field(description="the bandwidth table this rank plans with (null: builtin path)")
+    bandwidth_Bps: Optional[float] = Field(description="the rank's capacity in the agreed table: its healthy "
+                                           "rails times R2CC_RAIL_BPS, or R2CC_BANDWIDTH_TABLE")
+
+
+class PlanChoice(BaseModel):
+    op: str
+    size_bucket_bytes: int
+    elem_bytes: int
+    schedule: str = Field(description="direct, one_shot, optcc, ring or r2ccl")
+    chunks: int = Field(description="micro-chunks the schedule pipelines over")
+    estimate_s: float = Field(description="the cost model's time for the bucket")
+
+
+class GroupPlan(BaseModel):
+    group: str
+    schedule: str = Field(description="R2CC_SCHEDULE: builtin (fixed C++ path), auto (planner) or a forced plan")
+    epoch: Optional[int]
+    agreed: bool = Field(description="every rank reports the same epoch")
+    ranks: list[PlanRank]
+    choices: list[PlanChoice] = Field(description="the planner's decisions so far, per size bucket")
+
+
+class PlanList(BaseModel):
+    groups: list[GroupPlan]
+
+
 class ErrorBody(BaseModel):
     detail: str

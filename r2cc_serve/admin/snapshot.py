@@ -87,6 +87,26 @@ def group_health(states: dict, unreachable: dict, rails: list[dict], updated: fl
     return {"status": status, "reasons": reasons, "updated": updated}
 
 
+def group_plans(states: dict) -> list[dict]:
+    """{(group, rank): agent state} -> one entry per group. Every rank plans alike from the same
+    table, so rank order shows one plan; `agreed` says whether every rank reports the same epoch
+    (false for a moment while a new table spreads, or with agents of mixed versions)."""
+    by_group: dict[str, list[tuple[int, dict, str]]] = {}
+    for (group, rank), st in sorted(states.items()):
+        by_group.setdefault(group, []).append((rank, st.get("plan") or {"schedule": "builtin"}, st["host"]))
+    out = []
+    for group, ranks in by_group.items():
+        first = ranks[0][1]
+        bw = (first.get("bandwidth_Bps") or {}).get("out") or []
+        out.append({"group": group, "schedule": first.get("schedule", "builtin"), "epoch": first.get("epoch"),
+                    "agreed": len({r[1].get("epoch") for r in ranks}) == 1,
+                    "ranks": [{"rank": rank, "host": host, "epoch": plan.get("epoch"),
+                               "bandwidth_Bps": bw[rank] if rank < len(bw) else None}
+                              for rank, plan, host in ranks],
+                    "choices": first.get("choices", [])})
+    return out
+
+
 @dataclass(frozen=True)
 class Snapshot:
     states: dict = field(default_factory=dict)       # (group, rank) -> that rank agent's state
@@ -124,6 +144,10 @@ class Snapshot:
         kept = set(self.states) - set(fresh)
         return Snapshot.build({**self.states, **fresh}, unreachable, self.agents, carried=self.carried - set(fresh),
                               answered=self.answered if kept else None)
+
+    def plans(self) -> list[dict]:
+        """Per group: the all_reduce schedule and the bandwidth table its ranks agreed on."""
+        return group_plans(self.states)
 
     def events(self, limit: int = 100) -> list[dict]:
         evs = [e for st in self.states.values() for e in st.get("events", [])]

@@ -102,6 +102,7 @@ class RailMonitor:
                 "status": status, "durations": self.comm.duration_histogram(),
                 "reasons": reasons, "error": error, "error_kind": self.comm.error_kind(), "rails": rails,
                 "peers": peers, "counters": self.comm.counters(), "events": list(self.events),
+                "plan": self.comm.plan_info(),
                 "process": self.identity, **self.extra}
 
     def _peer_event(self, now: float, p: dict) -> None:

@@ -36,6 +36,10 @@ def busy_group(rank, world, store, status_dir):
     import torch
 
     os.environ["R2CC_STATUS_DIR"] = status_dir
+    # The planned path (C++ plan executor) under the admin API's actions. Two ranks plan only
+    # with a fixed table: with measured ones auto keeps the built-in path, which nothing beats.
+    os.environ["R2CC_SCHEDULE"] = "auto"
+    os.environ["R2CC_BANDWIDTH_TABLE"] = "1,0.5"
     comm = workers.open_comm(rank, world, store, group="adm")
     try:
         x = workers.make_input(rank, 1 << 18, torch.float32)
@@ -156,6 +160,21 @@ def test_admin_rails_actions_errors_metrics(admin):
     doc = json.loads(_r2cc("rails", "--url", base, "--json").stdout)
     assert {(r["host"], r["rail"]) for r in doc["rails"]} == {(h, k) for h in ("rank0", "rank1") for k in range(3)}
     assert doc["health"]["status"] in ("ok", "degraded")
+
+    # GET /plan and `r2cc rails`: the planner's schedule, table and decisions, the same on both ranks
+    deadline = time.time() + 10
+    while True:
+        plans = c.get(api + "/plan").json()["groups"]
+        if (plans and plans[0]["agreed"] and plans[0]["choices"]) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert [g["group"] for g in plans] == ["adm"] and plans[0]["schedule"] == "auto" and plans[0]["agreed"], plans
+    assert [r["host"] for r in plans[0]["ranks"]] == ["rank0", "rank1"], plans
+    assert all(r["epoch"] >= 1 for r in plans[0]["ranks"]), plans
+    bw = [r["bandwidth_Bps"] for r in plans[0]["ranks"]]
+    assert bw[1] == pytest.approx(bw[0] / 2) and bw[0] > 0, plans  # the table, scaled to the rails
+    assert {c_["size_bucket_bytes"] for c_ in plans[0]["choices"]} == {1 << 20}, plans  # the group's 1 MiB calls
+    assert "plan adm: auto, table" in table.stdout and "1.0MiB->" in table.stdout, table.stdout
 
     # GET /rails latency while the group is busy (reported, not asserted)
     lat = []
