@@ -55,6 +55,18 @@ class R2ccBackend:
     def barrier(self) -> None:
         self.comm.all_reduce(self._one)
 
+    def set_schedule(self, schedule: str | None) -> None:
+        """all_reduce schedule from now on (every rank at the same point); None: R2CC_SCHEDULE.
+        A benchmark may force ring in a small group: its result is checked with a tolerance."""
+        from r2cc_serve import envs
+        self.comm.set_schedule(schedule or envs.get("R2CC_SCHEDULE"), allow_partial_sums=True)
+
+    def plan_info(self) -> dict:
+        return self.comm.plan_info()
+
+    def rail_states(self) -> list[tuple[int, int, str]]:
+        return sorted((s["peer"], s["rail"], s["state"]) for s in self.comm.rail_stats())
+
     def runner(self, op: str, inp: torch.Tensor) -> Runner:
         c = self.comm
         if op == "all_reduce":

@@ -2,6 +2,8 @@
 
     r2cc bench --hosts 2 --rails 4 --rate 1gbit --op all_reduce --sizes 4K,1M,64M \\
                --backend r2cc,gloo,mpi --iters 5 --fault h0:1:down@30% --json out.json
+    r2cc bench --hosts 4 --rails 4 --rate 250mbit --sizes 64M --backend r2cc \\
+               --schedule builtin,direct,optcc,auto --hold-fault h3:2:down --hold-fault h3:3:down
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ def register(subparsers) -> None:
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|"
                         "flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% into a fault-free op's time")
+    p.add_argument("--schedule", metavar="LIST",
+                   help="r2cc all_reduce schedules to measure side by side, comma list of "
+                        f"{','.join(spec.SCHEDULES)} (builtin: today's C++ path); each row gets T_LB, "
+                        "the simulator's prediction and its ratio to builtin/direct")
+    p.add_argument("--hold-fault", action="append", default=[], metavar="SPEC",
+                   help="r2cc only: a lab fault held for the whole launch (set once the group is up), "
+                        "h<HOST>:<RAIL>:down|blackhole|degrade:RATE; e.g. two of h3's four rails down "
+                        "make h3 a straggler at beta 0.5")
     p.add_argument("--followups", type=int, default=None,
                    help="ops run after the faulted one with the fault still active (default: one per rail)")
     p.add_argument("--fault-reps", type=int, default=1,
@@ -56,11 +66,17 @@ def options_from_args(args):
     if args.fault_reps < 1:
         raise UserError("--fault-reps must be >= 1")
     sizes = spec.parse_sizes(args.sizes)
+    backends = spec.parse_backends(args.backend)
+    holds = [spec.parse_hold(h, args.hosts, args.rails) for h in args.hold_fault]
+    if holds and backends != ["r2cc"]:
+        raise UserError("--hold-fault keeps rails broken for a whole launch: only r2cc survives that "
+                        "(use --backend r2cc)")
     for s in sizes:
         spec.check_op_size(args.op, s, args.hosts)
     return BenchOptions(
         hosts=args.hosts, rails=args.rails, rate=check_rate(args.rate) if args.rate else None, mtu=args.mtu,
-        op=args.op, sizes=sizes, backends=spec.parse_backends(args.backend), iters=args.iters,
+        op=args.op, sizes=sizes, backends=backends, iters=args.iters,
+        schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
         warmup=args.warmup, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
         timeout_s=args.timeout, fault_timeout_s=args.fault_timeout, followups=args.followups,
         fault_reps=args.fault_reps,

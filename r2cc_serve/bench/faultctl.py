@@ -67,3 +67,31 @@ class FaultController:
         """Clear a fault that is still active (the launch ended or was killed)."""
         if self._active is not None:
             self._clear()
+
+
+class HeldFaults:
+    """Faults held for a whole r2cc launch (--hold-fault): injected when rank 0 asks (hold/req,
+    once the group is up), announced with hold/go, cleared when the launch ends."""
+
+    def __init__(self, lab, store, holds: list[BenchFault]):
+        self.lab, self.store, self.holds = lab, store, holds
+        self._injected: list[BenchFault] = []
+        self.error: str | None = None
+
+    def poll(self) -> None:
+        if self._injected or self.error or not self.holds or not self.store.check(["hold/req"]):
+            return
+        for h in self.holds:
+            try:
+                self.lab.inject(h.fault)
+                self._injected.append(h)
+            except Exception as exc:  # reported; the workers then measure without it
+                self.error = f"{h.text}: {type(exc).__name__}: {exc}"
+                print(f"[bench] held fault {self.error}", file=sys.stderr, flush=True)
+        self.store.set("hold/go", json.dumps({"held": [h.text for h in self._injected], "error": self.error}))
+
+    def finish(self) -> None:
+        for h in self._injected:
+            for undo in h.fault.undo(self.lab.rails):
+                self.lab.inject(undo)
+        self._injected.clear()

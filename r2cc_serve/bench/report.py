@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from r2cc_serve.bench.spec import format_size
+from r2cc_serve.bench.spec import PARTIAL_SUM_SCHEDULES, format_size
 
 
 def busbw_factor(op: str, world: int) -> float:
@@ -29,18 +29,23 @@ def _first_error(entries: list[dict | None]) -> str | None:
     return None
 
 
-def summarize_measure(backend: str, op: str, world: int, size: int, entries: list[dict | None]) -> dict:
-    """One results row from every rank's entry for one (size, group)."""
+def summarize_measure(backend: str, op: str, world: int, size: int, entries: list[dict | None],
+                      schedule: str | None = None) -> dict:
+    """One results row from every rank's entry for one (size, group, r2cc schedule)."""
     row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "busbw_GBps": None,
            "correct": False, "bit_exact": False, "error": _first_error(entries)}
+    if schedule:
+        row["schedule"] = schedule
     if row["error"] is not None:
         row["errors_by_rank"] = [None if e is None else e.get("error") for e in entries]
         return row
     per_iter = np.max(np.array([e["times"] for e in entries]), axis=0)
     p50, p90 = float(np.percentile(per_iter, 50)), float(np.percentile(per_iter, 90))
     exact = all(e["bit_exact"] for e in entries)
-    # r2cc promises the canonical rank-order sum bit for bit; the others get a float tolerance.
-    correct = exact if backend == "r2cc" else all(e["close"] for e in entries)
+    # r2cc promises the canonical rank-order sum bit for bit (a forced partial-sum schedule and
+    # the other libraries get a float tolerance).
+    canonical = backend == "r2cc" and schedule not in PARTIAL_SUM_SCHEDULES
+    correct = exact if canonical else all(e["close"] for e in entries)
     tx = np.sum(np.array([e["rail_tx_bytes"] for e in entries]), axis=0)
     row.update(p50_s=p50, p90_s=p90, busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
                correct=bool(correct), bit_exact=bool(exact), max_err=max(e["max_err"] for e in entries),
@@ -48,6 +53,8 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                resent_bytes=int(sum(e.get("resent_bytes", 0) for e in entries)),
                failovers=int(sum(e.get("failovers", 0) for e in entries)),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
+    if schedule and entries[0].get("plan"):
+        row["plan"] = entries[0]["plan"]
     return row
 
 
@@ -115,8 +122,12 @@ def _median(xs: list[float]) -> float | None:
 
 
 def add_ratios(results: list[dict]) -> None:
-    """ratio_vs_r2cc = p50 / r2cc's p50 at the same size (> 1: r2cc is faster)."""
-    ref = {r["bytes"]: r["p50_s"] for r in results if r["backend"] == "r2cc" and r["p50_s"]}
+    """ratio_vs_r2cc = p50 / r2cc's p50 at the same size (> 1: r2cc is faster); r2cc's reference
+    is its first row per size (its configured path, or the first --schedule)."""
+    ref = {}
+    for r in results:
+        if r["backend"] == "r2cc" and r["p50_s"]:
+            ref.setdefault(r["bytes"], r["p50_s"])
     for r in results:
         base = ref.get(r["bytes"])
         r["ratio_vs_r2cc"] = r["p50_s"] / base if base and r["p50_s"] else None
@@ -141,16 +152,20 @@ def table(report: dict) -> str:
              f"rate={report['rate'] or 'unshaped'} mtu={report['mtu']} iters={report['iters']}  "
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
              + ("+dirty csrc" if build.get("csrc_dirty") else ""),
-             f"{'backend':8} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'busbw GB/s':>10} "
+             f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'busbw GB/s':>10} "
              f"{'correct':>8} {'p50/r2cc':>8}  rails tx share"]
     for r in report["results"]:
         share = "/".join(f"{x * 100:.0f}" for x in r.get("rail_tx_share") or [])
         correct = ("exact" if r.get("bit_exact") else "yes") if r["correct"] else "NO"
-        lines.append(f"{r['backend']:8} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
+        name = r["backend"] + (f":{r['schedule']}" if r.get("schedule") else "")
+        lines.append(f"{name:14} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
                      f"{_num(r['busbw_GBps'], '.3f'):>10} {correct:>8} {_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
                      + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
                      + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
                         if r.get("failovers") or r.get("resent_bytes") else ""))
+    if report.get("schedules"):
+        from r2cc_serve.bench.expect import schedule_table
+        lines += ["", schedule_table(report)]
     if report["faults"]:
         lines.append("")
         lines.append(f"{'backend':8} {'bytes':>6} {'fault':24} {'done':>5} {'exact':>5} {'fault ms':>9} "

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 from r2cc_serve.bench import launch as launch_mod
 from r2cc_serve.bench import report as rep
-from r2cc_serve.bench.faultctl import FaultController
+from r2cc_serve.bench.faultctl import FaultController, HeldFaults
 from r2cc_serve.bench.spec import BenchFault, format_size
+from r2cc_serve.lab.layout import rate_bits
 
 STARTUP_S = 60.0  # group set-up budget (gloo/MPI connect, r2cc handshakes) per launch
 
@@ -43,6 +44,8 @@ class BenchOptions:
     followups: int | None = None  # ops after the faulted one, fault still active (None: one per rail)
     fault_reps: int = 1  # r2cc faulted ops per (spec, size); the report gives their median
     keep_lab: bool = False
+    schedules: list[str] = field(default_factory=list)  # r2cc all_reduce schedules measured side by side
+    holds: list[BenchFault] = field(default_factory=list)  # faults held for the whole r2cc launch
 
 
 def build_info() -> dict:
@@ -104,15 +107,23 @@ class Bench:
                 if backend != "r2cc":
                     faults += self._fault_launches(backend, results)
             rep.add_ratios(results)
-            return {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,
-                    "iters": o.iters, "warmup": o.warmup, "results": results, "faults": faults,
-                    "load_avg": list(os.getloadavg()), "build": build_info()}
+            report = {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,
+                      "iters": o.iters, "warmup": o.warmup, "results": results, "faults": faults,
+                      "held_faults": [h.text for h in o.holds], "schedules": o.schedules,
+                      "load_avg": list(os.getloadavg()),
+                      "build": build_info()}
+            if o.schedules:
+                from r2cc_serve.bench.expect import add_expectations
+                add_expectations(report)
+            return report
         finally:
             self._cleanup()
 
     # ---- launches ----------------------------------------------------------------------
     def _main_launch(self, backend: str) -> tuple[list[dict], list[dict]]:
-        tasks = [{"kind": "measure", "size": s} for s in self.o.sizes]
+        schedules = (self.o.schedules or [None]) if backend == "r2cc" else [None]
+        tasks = [{"kind": "measure", "size": s, "schedules": self.o.schedules if backend == "r2cc" else []}
+                 for s in self.o.sizes]
         fault_tasks = []
         if backend == "r2cc":
             n, measured = 0, set()
@@ -128,8 +139,9 @@ class Bench:
                         n += 1
                 tasks += fault_tasks[-len(self.o.sizes) * self.o.fault_reps:]
         per_rank, ctl = self._launch(backend, tasks, fault_tasks)
-        results = [rep.summarize_measure(backend, self.o.op, self.o.hosts, s, self._entries(per_rank, "measure", s))
-                   for s in self.o.sizes]
+        results = [rep.summarize_measure(backend, self.o.op, self.o.hosts, s,
+                                         self._entries(per_rank, "measure", s, schedule=k), schedule=k)
+                   for s in self.o.sizes for k in schedules]
         faults, reps = [], self.o.fault_reps
         for i in range(0, len(fault_tasks), reps):
             t = fault_tasks[i]
@@ -162,15 +174,18 @@ class Bench:
         o = self.o
         name = f"{backend}{next(self._names)}"
         per_fault = (o.fault_timeout_s + 5) * (1 + self.followups)  # the worker watchdog allows +5 s per op
-        budget = STARTUP_S + sum(o.timeout_s if t["kind"] != "fault" else o.timeout_s + per_fault + 30
-                                 for t in tasks)
+        budget = STARTUP_S + sum(o.timeout_s * max(1, len(t.get("schedules") or [])) if t["kind"] != "fault"
+                                 else o.timeout_s + per_fault + 30 for t in tasks)
         cfg = {"launch": name, "backend": backend, "op": o.op, "world": o.hosts, "rails": self.rails,
                "iters": o.iters, "warmup": o.warmup, "tasks": tasks, "followups": self.followups,
                "store_host": self.lab.mgmt_root_ip, "store_port": self.store.port, "out_dir": self.tmp,
                "parent_pid": os.getpid(), "startup_s": STARTUP_S, "deadline_s": budget,
                # gloo raises after this; a fault launch must not wait minutes for it.
                "timeout_s": o.fault_timeout_s if fault_tasks and backend != "r2cc" else o.timeout_s,
-               "fault_timeout_s": o.fault_timeout_s}
+               "fault_timeout_s": o.fault_timeout_s,
+               "hold": bool(o.holds) and backend == "r2cc",
+               # The planner's nominal rail rate: the lab's real one, so auto decides with true numbers.
+               "rail_Bps": rate_bits(o.rate) / 8 if o.rate else None}
         cfg_path = os.path.join(self.tmp, f"{name}.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
@@ -185,14 +200,20 @@ class Bench:
         from torch.distributed import PrefixStore
         ctl = FaultController(self.lab, PrefixStore(name + "/", self.store), o.hosts, fault_tasks,
                               done_timeout_s=per_fault + 10)
-        self._ctls.append(ctl)
+        held = HeldFaults(self.lab, PrefixStore(name + "/", self.store), o.holds if cfg["hold"] else [])
+        self._ctls += [ctl, held]
+
+        def poll() -> None:
+            ctl.poll()
+            held.poll()
         try:
-            finished = launch_mod.wait(la, time.monotonic() + budget + 15, ctl.poll)
+            finished = launch_mod.wait(la, time.monotonic() + budget + 15, poll)
             if not finished:
                 say(f"{backend}: launch {name} passed its {budget + 15:.0f} s budget; killing it")
         finally:
             la.kill()
             ctl.finish()
+            held.finish()
             self._live.remove(la)
         per_rank = la.results()
         for r, res in enumerate(per_rank):
@@ -203,14 +224,14 @@ class Bench:
         return per_rank, ctl
 
     @staticmethod
-    def _entries(per_rank, kind, size, n=None, rail=None):
+    def _entries(per_rank, kind, size, n=None, rail=None, schedule=None):
         """Each rank's entry for one task (a stand-in carrying the rank's error if it has none)."""
         out = []
         for res in per_rank:
             match = None
             for e in (res or {}).get("tasks", []):
                 if (e["kind"], e["size"]) == (kind, size) and (n is None or e.get("n") == n) \
-                        and (rail is None or e.get("exclude_rail") == rail):
+                        and (rail is None or e.get("exclude_rail") == rail) and e.get("schedule") == schedule:
                     match = e
             if match is None and res is not None and res.get("error"):
                 match = {"error": res["error"]}

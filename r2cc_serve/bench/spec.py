@@ -13,6 +13,9 @@ from r2cc_serve.errors import UserError
 from r2cc_serve.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text
 
 BACKENDS = ("r2cc", "gloo", "mpi")
+# r2cc all_reduce schedules (R2CC_SCHEDULE values); builtin is today's fixed C++ path.
+SCHEDULES = ("builtin", "auto", "direct", "one_shot", "ring", "optcc")
+PARTIAL_SUM_SCHEDULES = ("ring",)  # not the canonical rank-order sum: checked with a tolerance
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 DEFAULT_FAULT_AT = 0.30  # fraction of the fault-free duration
 
@@ -56,6 +59,19 @@ def parse_backends(text: str) -> list[str]:
     return names
 
 
+def parse_schedules(text: str | None, op: str, backends: list[str]) -> list[str]:
+    """'direct,optcc' -> ['direct', 'optcc']; None -> [] (r2cc runs its configured path)."""
+    if text is None:
+        return []
+    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in SCHEDULES]
+    if bad or not names or len(set(names)) != len(names):
+        raise UserError(f"--schedule {text!r}: use a comma list of {', '.join(SCHEDULES)}, each once")
+    if op != "all_reduce" or "r2cc" not in backends:
+        raise UserError("--schedule picks r2cc's all_reduce schedule: it needs --op all_reduce and backend r2cc")
+    return names
+
+
 def check_op_size(op: str, size: int, world: int) -> None:
     """Sizes follow nccl-tests: all_gather/reduce_scatter sizes are the full (world-sized) buffer."""
     if size % 4:
@@ -92,6 +108,17 @@ def parse_fault(text: str, hosts: int, rails: int) -> BenchFault:
         if not 0 <= at <= 10:
             raise UserError("the percentage must be between 0 and 1000")
     return BenchFault(text, fault, at)
+
+
+HOLD_KINDS = ("down", "blackhole", "degrade")
+
+
+def parse_hold(text: str, hosts: int, rails: int) -> BenchFault:
+    """A fault held for the whole r2cc launch (set after the group is up): 'h3:2:down', 'h1:0:degrade:125mbit'."""
+    text = text.strip()
+    with labelled(f"--hold-fault {text!r}"):
+        fault = parse_fault_text(text, HOLD_KINDS).check_target(hosts, rails)
+    return BenchFault(text, fault, 0.0)
 
 
 def _parse_percent(text: str) -> float:

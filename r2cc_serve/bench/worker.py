@@ -30,11 +30,13 @@ import time
 
 import torch
 
+from r2cc_serve import envs
 from r2cc_serve.bench import data
 from r2cc_serve.bench.backends import make_backend, rail_tx_bytes
 from r2cc_serve.bench.spec import format_size
 
 RECOVERY_WAIT_S = 15.0
+SETTLE_S = 1.0  # held faults: rails unchanged this long count as settled
 
 
 class Watchdog:
@@ -109,10 +111,16 @@ class Worker:
     # ---- main ----------------------------------------------------------------------------
     def run(self) -> None:
         cfg = self.cfg
+        if cfg.get("rail_Bps"):  # read by the communicator's planner at creation
+            os.environ["R2CC_RAIL_BPS"] = str(cfg["rail_Bps"])
         self.watchdog.arm(cfg["startup_s"], "group set-up did not finish")
         self.backend = make_backend(self.backend_name, self.rank, self.world, self.store, self.rails,
                                     cfg["timeout_s"])
         self.watchdog.disarm()
+        if cfg.get("hold"):
+            self.watchdog.arm(cfg["startup_s"], "held faults were not in place in time")
+            self.hold_faults()
+            self.watchdog.disarm()
         for task in cfg["tasks"]:
             entry = {"kind": task["kind"], "size": task["size"]}
             if task["kind"] == "fault":
@@ -122,10 +130,29 @@ class Worker:
                 if not self.fault(task, entry):
                     break  # the group is broken; nothing more can run
             else:
-                entry["exclude_rail"] = task.get("exclude_rail")
-                self.results["tasks"].append(entry)
-                self.measure(task, entry)
+                entries = {k: dict(entry, exclude_rail=task.get("exclude_rail"), schedule=k)
+                           for k in task.get("schedules") or [None]}
+                self.results["tasks"] += entries.values()
+                self.measure(task, entries)
             self.save()
+
+    def hold_faults(self) -> None:
+        """Ask the parent for the held faults, then wait until this rank's rails show them
+        (no connection state change for SETTLE_S), so measurements start in the degraded state."""
+        if self.rank == 0:
+            self.store.set("hold/req", "1")
+        self.store.wait(["hold/go"], datetime.timedelta(seconds=self.cfg["startup_s"]))
+        self.results["held"] = json.loads(self.store.get("hold/go"))
+        time.sleep(SETTLE_S / 2)
+        states, since, t0 = None, time.monotonic(), time.monotonic()
+        while time.monotonic() - since < SETTLE_S and time.monotonic() - t0 < RECOVERY_WAIT_S:
+            now = self.backend.rail_states()
+            if now != states:
+                states, since = now, time.monotonic()
+            time.sleep(0.05)
+        self.results["held_states"] = states
+        self.say(f"held faults in place: {self.results['held']}")
+        self.backend.barrier()
 
     def _group(self, task):
         k = task.get("exclude_rail")
@@ -140,47 +167,74 @@ class Worker:
                                          self.cfg["timeout_s"], group=f"bench-x{k}")
         return self.extra[k]
 
-    def measure(self, task, entry) -> None:
-        size, iters = task["size"], self.cfg["iters"]
+    def measure(self, task, entries: dict) -> None:
+        """Times the op; with r2cc schedules (entries: schedule -> entry), each schedule once per
+        round in rotating order, so they share the machine's drift and noise. Without: one entry
+        under key None, on the group's configured path."""
+        size, iters, warmup = task["size"], self.cfg["iters"], self.cfg["warmup"]
         label = f"{self.op} {format_size(size)}" + (
             f" without rail{task['exclude_rail']}" if task.get("exclude_rail") is not None else "")
-        self.say(f"{label}: {self.cfg['warmup']} warm-up + {iters} timed")
-        self.watchdog.arm(self.cfg["timeout_s"], f"{label} did not finish within {self.cfg['timeout_s']} s")
+        schedules = list(entries)
+        if schedules != [None]:
+            label += f" ({', '.join(schedules)} interleaved)"
+        self.say(f"{label}: {warmup} warm-up + {iters} timed")
+        limit = self.cfg["timeout_s"] * len(schedules)
+        self.watchdog.arm(limit, f"{label} did not finish within {limit} s")
         try:
             b = self._group(task)
+            use = (lambda k: b.set_schedule(k)) if schedules != [None] else (lambda k: None)
             inp = data.make_input(self.op, self.rank, size, self.world)
             ref = data.reference(self.op, self.rank, size, self.world)
             runner = b.runner(self.op, inp)
-            runner.reset()
-            first = data.compare(runner.run(), ref)
-            for _ in range(self.cfg["warmup"]):
+            first, last = {}, {}
+            for k in schedules:
+                use(k)
                 runner.reset()
-                runner.run()
-            tx0, times, starts = rail_tx_bytes(self.rails), [], []
-            resent0, fo0 = b.resent_bytes(), b.failovers()
-            for _ in range(iters):
-                runner.reset()
-                b.barrier()
-                starts.append(time.time())
-                t0 = time.perf_counter()
-                out = runner.run()
-                times.append(time.perf_counter() - t0)
-            tx = [a - b0 for a, b0 in zip(rail_tx_bytes(self.rails), tx0)]
-            last = data.compare(out, ref)
-            # r2cc: re-sends or failovers in a fault-free run mean a rail was wrongly declared dead.
-            entry.update(resent_bytes=b.resent_bytes() - resent0, failovers=b.failovers() - fo0)
-            if entry["failovers"]:
-                entry["rail_errors"] = b.rail_errors()
-            entry.update(times=times, starts=starts, rail_tx_bytes=tx, bit_exact=first[0] and last[0],
-                         close=first[1] and last[1], max_err=max(first[2], last[2]), error=None)
-            if task.get("exclude_rail") is None:
-                self.p50[size] = statistics.median(times)
-            self.say(f"{label}: median {statistics.median(times) * 1e3:.2f} ms")
+                first[k] = data.compare(runner.run(), ref)
+                # auto's first calls of a size are its trials (sched/trials.py): warm up past them,
+                # so the timed calls run what it kept
+                for _ in range(warmup + (envs.get("R2CC_PLAN_TRIAL_CALLS") if k == "auto" else 0)):
+                    runner.reset()
+                    runner.run()
+            acc = {k: {"times": [], "starts": [], "tx": [0] * len(self.rails), "resent": 0, "failovers": 0}
+                   for k in schedules}
+            for i in range(iters):
+                for k in schedules[i % len(schedules):] + schedules[:i % len(schedules)]:
+                    a = acc[k]
+                    use(k)
+                    runner.reset()
+                    b.barrier()
+                    tx0, resent0, fo0 = rail_tx_bytes(self.rails), b.resent_bytes(), b.failovers()
+                    a["starts"].append(time.time())
+                    t0 = time.perf_counter()
+                    out = runner.run()
+                    a["times"].append(time.perf_counter() - t0)
+                    a["tx"] = [x + y - z for x, y, z in zip(a["tx"], rail_tx_bytes(self.rails), tx0)]
+                    a["resent"] += b.resent_bytes() - resent0
+                    a["failovers"] += b.failovers() - fo0
+                    if i == iters - 1:
+                        last[k] = data.compare(out, ref)
+            for k, entry in entries.items():
+                a = acc[k]
+                # r2cc: re-sends or failovers in a fault-free run mean a rail was wrongly declared dead.
+                entry.update(resent_bytes=a["resent"], failovers=a["failovers"])
+                if a["failovers"]:
+                    entry["rail_errors"] = b.rail_errors()
+                entry.update(times=a["times"], starts=a["starts"], rail_tx_bytes=a["tx"],
+                             bit_exact=first[k][0] and last[k][0], close=first[k][1] and last[k][1],
+                             max_err=max(first[k][2], last[k][2]), error=None)
+                if k:
+                    use(k)
+                    entry["plan"] = b.plan_info()
+                if task.get("exclude_rail") is None:  # the first schedule measured times the faults
+                    self.p50.setdefault(size, statistics.median(a["times"]))
+                self.say(f"{label}: {k or ''} median {statistics.median(a['times']) * 1e3:.2f} ms")
         except Exception as exc:  # recorded; the parent reports the size as failed
-            entry.update(error=f"{type(exc).__name__}: {exc}")
+            for entry in entries.values():
+                entry.update(error=f"{type(exc).__name__}: {exc}")
             # Every rank speaks here: the first rank to fail is the one that explains it.
-            print(f"[bench] {self.backend_name} rank {self.rank} {label}: {entry['error']}", file=sys.stderr,
-                  flush=True)
+            print(f"[bench] {self.backend_name} rank {self.rank} {label}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
         finally:
             self.watchdog.disarm()
 
@@ -191,6 +245,8 @@ class Worker:
         label = f"{self.op} {format_size(size)} fault {task['spec']['text']}"
         inp = data.make_input(self.op, self.rank, size, self.world)
         ref = data.reference(self.op, self.rank, size, self.world)
+        if self.backend_name == "r2cc":
+            self.backend.set_schedule(None)  # faulted ops run the configured path (R2CC_SCHEDULE)
         runner = self.backend.runner(self.op, inp)
         self.watchdog.arm(cfg["timeout_s"], f"{label}: warm-up did not finish")
         for _ in range(max(1, cfg["warmup"])):  # also opens lazy connections (MPI)
