@@ -1,4 +1,4 @@
-"""`r2cc demo` and `r2cc serve-bench`: vLLM on the fault lab (needs root and vLLM)."""
+"""`r2cc demo`, `r2cc serve-bench`, `r2cc serve-prefill`: vLLM on the fault lab (needs root and vLLM)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,15 @@ def _bench(args) -> int:
     return bench_decode.run(args)
 
 
+def _prefill(args) -> int:
+    from r2cc_serve.serving import bench_prefill
+
+    return bench_prefill.run(args)
+
+
 def register(sub) -> None:
     # Light imports only (httpx, the lab): torch and vLLM are never imported by the CLI process.
-    from r2cc_serve.serving import bench_decode, demo
+    from r2cc_serve.serving import bench_decode, bench_prefill, demo
 
     p = sub.add_parser("demo", help="vLLM TP=2 on two lab hosts; a rail dies mid-stream; report",
                        description=demo.__doc__.split("\n")[0])
@@ -28,3 +34,8 @@ def register(sub) -> None:
                        description=bench_decode.__doc__.split("\n")[0])
     bench_decode.add_arguments(b)
     b.set_defaults(func=_bench)
+
+    f = sub.add_parser("serve-prefill", help="long-prompt prefill with a degraded host: planner vs forced direct",
+                       description=bench_prefill.__doc__.split("\n")[0])
+    bench_prefill.add_arguments(f)
+    f.set_defaults(func=_prefill)

@@ -89,9 +89,13 @@ def check_port_free(host: str, port: int) -> None:
 
 def single_instance(lab, model_dir: str, backend: str = "r2cc", port: int = 8123, *, enforce_eager: bool = True,
                     extra_env: dict | None = None, extra_args=(), log_dir: str | None = None,
-                    startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True):
-    """(a): one vLLM with TP=2 in the root namespace, rank r's rails in lab host r."""
+                    startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True, tp: int = 2):
+    """(a): one vLLM with TP=tp (2, or 4 with the tiny model's 4 heads) in the root namespace,
+    rank r's rails in lab host r."""
     vllm_env.check_backend(backend)
+    if tp not in (2, 4) or tp > lab.hosts:
+        raise UserError(f"TP={tp} needs tp in (2, 4) (the tiny model has 4 heads) and as many lab hosts "
+                        f"(the lab has {lab.hosts})")
     rails = [lab.rail_ifname(k) for k in range(lab.rails)]
 
     def start(run_dir: str, status_dir: str) -> tuple[list[Proc], str]:
@@ -101,7 +105,8 @@ def single_instance(lab, model_dir: str, backend: str = "r2cc", port: int = 8123
                                 netns_template=f"{lab.prefix}-h{{rank}}", mgmt_ifname=lab.mgmt_ifname,
                                 extra=extra_env)
         argv = vllm_env.serve_argv(model_dir=model_dir, backend=backend, host="127.0.0.1", port=port,
-                                   enforce_eager=enforce_eager, served_name=SERVED_NAME, extra_args=extra_args)
+                                   enforce_eager=enforce_eager, served_name=SERVED_NAME, extra_args=extra_args,
+                                   tp=tp)
         proc = Proc("node0", PRIVATE_SHM + argv, env, os.path.join(log_dir or run_dir, "vllm-node0.log"))
         return [proc], f"http://127.0.0.1:{port}"
 
@@ -144,7 +149,7 @@ def _deployment(shape, lab, backend, start, log_dir, startup_timeout_s, warmup) 
     dep = None
     try:
         started = time.monotonic()
-        _say(f"starting {shape} TP=2 backend={backend} (logs in {log_dir or run_dir})")
+        _say(f"starting {shape} backend={backend} (logs in {log_dir or run_dir})")
         procs, url = start(run_dir, status_dir)
         dep = Deployment(shape, backend, url, SERVED_NAME, procs, run_dir, status_dir, lab)
         wait_healthy(dep, startup_timeout_s)

@@ -79,9 +79,9 @@ def node_env(*, backend: str, rails: list[str], tmpdir: str, status_dir: str, ne
 
 def serve_argv(*, model_dir: str, backend: str, host: str, port: int, enforce_eager: bool,
                served_name: str, multi_node: tuple[int, int, str] | None = None,
-               extra_args: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """`vllm serve` for TP=2; multi_node = (node_rank, nnodes, master_addr) for a two-node run."""
-    argv = ["vllm", "serve", model_dir, "--tensor-parallel-size", "2", "--host", host, "--port", str(port),
+               extra_args: list[str] | tuple[str, ...] = (), tp: int = 2) -> list[str]:
+    """`vllm serve` with TP=tp; multi_node = (node_rank, nnodes, master_addr) for a two-node run."""
+    argv = ["vllm", "serve", model_dir, "--tensor-parallel-size", str(tp), "--host", host, "--port", str(port),
             "--served-model-name", served_name, "--seed", "0"]
     if enforce_eager:
         argv.append("--enforce-eager")

@@ -37,7 +37,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 
 class FakeLab:
-    prefix, rails, mgmt_ifname = "r2ccfake", 4, "mgmt0"
+    prefix, hosts, rails, mgmt_ifname = "r2ccfake", 2, 4, "mgmt0"
 
     def rail_ifname(self, k):
         return f"rail{k}"

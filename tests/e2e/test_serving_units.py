@@ -100,3 +100,34 @@ def test_status_events_become_transitions():
     (t,) = evidence.status_transitions(status)
     assert (t.rail, t.old, t.new, t.detect_s) == (1, "up", "down", 0.06)
     assert evidence.rail_totals(status)[1]["failovers"] == 1
+
+
+def test_prefill_bench_reads_the_planned_schedule_and_renders():
+    from r2cc_serve.serving import bench_prefill
+
+    status = {"g-rank0.json": {"plan": {"schedule": "auto", "choices": [
+        {"size_bucket_bytes": 1 << 20, "schedule": "direct", "chunks": 1},
+        {"size_bucket_bytes": 2 << 20, "schedule": "optcc", "chunks": 13}]}}}
+    assert bench_prefill._planned(status, 1_843_200) == "optcc K=13"  # 1800 tokens x 256 x 4 B
+    status["g-rank0.json"]["plan"]["trials"] = [{"size_bucket_bytes": 2 << 20, "kept": "direct", "modeled": "optcc",
+                                                 "baseline": "direct", "modeled_s": 0.06, "baseline_s": 0.04}]
+    assert bench_prefill._planned(status, 1_843_200) == "direct (modeled optcc K=13; trial 60 ms vs direct 40 ms)"
+    assert bench_prefill._planned(status, 100) == "direct"
+    assert bench_prefill._planned({"r.json": {"plan": {"schedule": "builtin"}}}, 100) == "builtin"
+    result = {"tp": 4, "rate": "250mbit", "holds": ["h3:2:down"], "prompt_tokens": 1800, "prompts": 2, "rounds": 1,
+              "schedules": {"auto": {"ok": 2, "failed": 0, "ttft_median_s": 0.5, "identical": None, "failovers": 2, "conns_out": 4,
+                                     "loadavg": [3.0, 3.5], "planned": "optcc K=13"},
+                            "direct": {"ok": 2, "failed": 0, "ttft_median_s": 0.75, "identical": True,
+                                       "failovers": 2, "conns_out": 4, "loadavg": [3.0, 3.1], "planned": "direct"}}}
+    text = bench_prefill.render(result)
+    assert "0.67x" in text and "reference" in text and "optcc K=13" in text, text
+
+
+def test_prefill_bench_refuses_bad_input_with_one_line():
+    from r2cc_serve.errors import UserError
+    from r2cc_serve.serving import bench_prefill
+
+    with pytest.raises(UserError, match="outside"):
+        bench_prefill.parse_holds(["h7:0:down"], 4, 4)
+    with pytest.raises(UserError, match="flap"):
+        bench_prefill.parse_holds(["h1:0:flap"], 4, 4)
