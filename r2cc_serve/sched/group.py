@@ -136,18 +136,26 @@ class GroupSchedule:
         """What the built-in path would run for this size."""
         return "one_shot" if nbytes <= self.one_shot_bytes else "direct"
 
-    def select(self, count: int, elem_bytes: int) -> tuple[object, str, tuple]:
-        """(compiled program, its schedule, trial key) for an all_reduce of ``count`` elements."""
+    def select(self, count: int, elem_bytes: int) -> tuple[str, tuple, bool]:
+        """(schedule, trial key, builtin) for an all_reduce of ``count`` elements. ``builtin``:
+        auto chose what the built-in path runs anyway, so the caller may run that path (same
+        bits, no executor) instead of ``program_for``."""
         nbytes = count * elem_bytes
-        epoch = self.planner.epoch
         modeled = self.planner.choose("all_reduce", nbytes, elem_bytes)
-        key = (size_bucket(nbytes), elem_bytes, epoch)
-        schedule = modeled.schedule if self.trials is None else self.trials.pick(key, modeled.schedule,
-                                                                              self.baseline(nbytes))
+        key = (size_bucket(nbytes), elem_bytes, self.planner.epoch)
+        if self.trials is None:
+            return modeled.schedule, key, False
+        baseline = self.baseline(nbytes)
+        schedule = self.trials.pick(key, modeled.schedule, baseline)
+        return schedule, key, schedule == baseline
+
+    def program_for(self, count: int, elem_bytes: int, schedule: str):
+        """This rank's compiled program of ``schedule`` for an all_reduce of ``count`` elements."""
+        epoch = self.planner.epoch
         pkey = (count, elem_bytes, epoch, schedule)  # a plan is a function of these (and the knobs)
         hit = self._programs.get(pkey)
         if hit is None:
-            if schedule == modeled.schedule:
+            if schedule == self.planner.choose("all_reduce", count * elem_bytes, elem_bytes).schedule:
                 plan = self.planner.plan("all_reduce", count, elem_bytes)
             else:  # the baseline under trial: unchunked, as the built-in path runs it
                 plan = builders.build(schedule, self.p, count, bw=self.planner.bandwidth, elem_bytes=elem_bytes,
@@ -157,11 +165,11 @@ class GroupSchedule:
                 self._programs.popitem(last=False)
         else:
             self._programs.move_to_end(pkey)
-        return hit, schedule, key
+        return hit
 
     def program(self, count: int, elem_bytes: int):
-        """This rank's compiled program for an all_reduce of ``count`` elements."""
-        return self.select(count, elem_bytes)[0]
+        """This rank's compiled program for an all_reduce of ``count`` elements (what select picks)."""
+        return self.program_for(count, elem_bytes, self.select(count, elem_bytes)[0])
 
     def observe(self, key: tuple, schedule: str, seconds: float) -> bool:
         """Times a call; True when a trial just ended: gather ``trial_medians_us`` and ``decide``."""

@@ -48,12 +48,13 @@ def test_group_schedule_runs_the_baseline_unchunked_during_a_trial():
     assert g.exchange_due(2 << 20)
     g.install([4e8, 4e8, 4e8, 2e8])  # rank 3 lost half its rails: the model wants optcc at 2 MiB
     count = (2 << 20) // 4
-    first, s1, key = g.select(count, 4)
+    s1, key, builtin1 = g.select(count, 4)
     assert not g.observe(key, s1, 0.05)
-    second, s2, _ = g.select(count, 4)
+    s2, _, builtin2 = g.select(count, 4)
     assert g.observe(key, s2, 0.04)
-    assert (s1, s2) == ("optcc", "direct") and first != second
+    assert (s1, s2, builtin1, builtin2) == ("optcc", "direct", False, True)  # the baseline runs the C++ path
+    assert g.program_for(count, 4, "direct") != g.program_for(count, 4, "optcc") and len(compiled) == 2
     assert g.decide(key, [[50000, 40000]] * 4) == "direct"
-    assert g.select(count, 4)[:2] == (second, "direct")  # the compiled baseline is reused
+    assert g.select(count, 4) == ("direct", key, True)
     assert g.describe()["trials"][0]["kept"] == "direct"
-    assert g.select(1024, 4)[1] == "one_shot"  # small: the model agrees with the baseline, no trial
+    assert g.select(1024, 4)[0::2] == ("one_shot", True)  # small: the model agrees with the baseline, no trial
