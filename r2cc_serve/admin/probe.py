@@ -26,21 +26,17 @@ import os
 import time
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.stats import percentile
 
 PROBE_TIMEOUT_S = 10.0
 
 
 def percentiles(lat_s: list[float]) -> dict:
-    """p50/p99/max in milliseconds (nearest rank)."""
+    """p50/p99/max in milliseconds."""
     if not lat_s:
         return {"n": 0}
-    s = sorted(lat_s)
-
-    def rank(p: float) -> float:
-        return s[max(0, min(len(s) - 1, -(-int(p * len(s)) // 100) - 1))]
-
-    return {"n": len(s), "p50_ms": round(rank(50) * 1e3, 2), "p99_ms": round(rank(99) * 1e3, 2),
-            "max_ms": round(s[-1] * 1e3, 2)}
+    return {"n": len(lat_s), "p50_ms": round(percentile(lat_s, 50) * 1e3, 2),
+            "p99_ms": round(percentile(lat_s, 99) * 1e3, 2), "max_ms": round(max(lat_s) * 1e3, 2)}
 
 
 def run_queue_wait_s() -> float:

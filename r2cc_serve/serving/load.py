@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from r2cc_serve.stats import percentile
+
 # Prompts of different lengths and contents, fixed so runs are comparable.
 DEFAULT_PROMPTS = [
     "The quick brown fox",
@@ -108,15 +110,6 @@ class LoadResult:
             "itl_p50_s": percentile(gaps, 50), "itl_p99_s": percentile(gaps, 99),
             "itl_max_s": max(gaps) if gaps else None,
         }
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile (no interpolation: p99 of few samples is the largest one)."""
-    if not values:
-        return None
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))
-    return round(s[k], 6)
 
 
 def run_load(url: str, model: str, spec: LoadSpec | None = None) -> LoadResult:

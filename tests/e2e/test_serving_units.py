@@ -71,11 +71,19 @@ def test_duration_mode_cycles_prompts_and_compare_matches_by_prompt(fake_url):
     assert "differ from position 0" in compare(ref, run)[0]
 
 
-def test_percentile_is_nearest_rank():
-    assert percentile([], 50) is None
+def test_one_percentile_interpolates_like_numpy_and_vllm():
+    import numpy as np
+
+    from r2cc_serve.loadtest import stats
+    from r2cc_serve.admin import probe
+
+    assert percentile is stats.percentile  # one helper for the serving tools and the load tests
+    assert percentile([], 50) is None and percentile([None], 99) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
-    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
-    assert percentile([1.0, 5.0], 99) == 5.0
+    for xs in ([float(i) for i in range(1, 101)], [1.0, 5.0], [0.3, 0.1, 0.7, 0.2]):
+        for p in (50, 90, 99):
+            assert percentile(xs, p) == pytest.approx(np.percentile(xs, p), rel=1e-12)
+    assert probe.percentiles([0.001, 0.003])["p50_ms"] == 2.0
 
 
 def test_log_watcher_stamps_rail_transitions(tmp_path):
