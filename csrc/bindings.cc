@@ -41,21 +41,14 @@ PYBIND11_MODULE(_C, m) {
       .value("i32", DType::kI32).value("i64", DType::kI64);
   py::enum_<RedOp>(m, "RedOp").value("sum", RedOp::kSum).value("max", RedOp::kMax).value("min", RedOp::kMin);
 
-  py::class_<TransportOptions>(m, "TransportOptions")
-      .def(py::init<>())
-      .def_readwrite("chunk_bytes", &TransportOptions::chunk_bytes)
-      .def_readwrite("window_bytes", &TransportOptions::window_bytes)
-      .def_readwrite("heartbeat_ms", &TransportOptions::heartbeat_ms)
-      .def_readwrite("rail_timeout_ms", &TransportOptions::rail_timeout_ms)
-      .def_readwrite("peer_silence_ms", &TransportOptions::peer_silence_ms)
-      .def_readwrite("probe_interval_ms", &TransportOptions::probe_interval_ms)
-      .def_readwrite("all_down_grace_ms", &TransportOptions::all_down_grace_ms)
-      .def_readwrite("connect_timeout_s", &TransportOptions::connect_timeout_s)
-      .def_readwrite("op_timeout_s", &TransportOptions::op_timeout_s)
-      .def_readwrite("small_msg_bytes", &TransportOptions::small_msg_bytes)
-      .def_readwrite("watchdog_realtime", &TransportOptions::watchdog_realtime)
-      .def_readwrite("hedge_bytes", &TransportOptions::hedge_bytes)
-      .def_readwrite("fallback_rails", &TransportOptions::fallback_rails);
+  auto options = py::class_<TransportOptions>(m, "TransportOptions").def(py::init<>());
+  std::vector<std::string> option_names;
+#define R2CC_OPTION_BINDING(type, name, value) \
+  options.def_readwrite(#name, &TransportOptions::name); \
+  option_names.push_back(#name);
+  R2CC_TRANSPORT_OPTIONS(R2CC_OPTION_BINDING)
+#undef R2CC_OPTION_BINDING
+  options.attr("FIELDS") = py::cast(option_names);  // in declaration order, for r2cc_serve.envs to check against
 
   py::class_<ConnStats>(m, "ConnStats")
       .def_readonly("peer", &ConnStats::peer)

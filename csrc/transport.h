@@ -42,20 +42,31 @@ namespace r2cc {
 
 struct PathInfo;  // net.h
 
+// Every option once: (type, name, default). The struct and its Python binding are generated
+// from this list; r2cc_serve/envs.py names the R2CC_* knob of each (the communicator copies
+// the knobs in by iterating that registry) and a test checks both sides' defaults agree.
+// hedge_bytes: one-chunk sends up to this size go out on two rails at once.
+// watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
+// fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
+#define R2CC_TRANSPORT_OPTIONS(X)          \
+  X(size_t, chunk_bytes, 256 * 1024)       \
+  X(size_t, window_bytes, 1024 * 1024)     \
+  X(int, heartbeat_ms, 5)                  \
+  X(int, rail_timeout_ms, 60)              \
+  X(int, peer_silence_ms, 400)             \
+  X(int, probe_interval_ms, 200)           \
+  X(int, all_down_grace_ms, 600)           \
+  X(double, connect_timeout_s, 30)         \
+  X(double, op_timeout_s, 300)             \
+  X(size_t, small_msg_bytes, 64 * 1024)    \
+  X(size_t, hedge_bytes, 16 * 1024)        \
+  X(bool, watchdog_realtime, true)         \
+  X(int, fallback_rails, 0)
+
 struct TransportOptions {
-  size_t chunk_bytes = 256 * 1024;
-  size_t window_bytes = 1024 * 1024;
-  int heartbeat_ms = 5;
-  int rail_timeout_ms = 60;
-  int peer_silence_ms = 400;
-  int probe_interval_ms = 200;
-  int all_down_grace_ms = 600;
-  double connect_timeout_s = 30;
-  double op_timeout_s = 300;
-  size_t small_msg_bytes = 64 * 1024;
-  size_t hedge_bytes = 16 * 1024;  // one-chunk sends up to this size go out on two rails at once
-  bool watchdog_realtime = true;  // heartbeats and failure detection keep running on a saturated CPU
-  int fallback_rails = 0;  // the last N rails carry data only when no primary rail to a peer is connected
+#define R2CC_OPTION_FIELD(type, name, value) type name = value;
+  R2CC_TRANSPORT_OPTIONS(R2CC_OPTION_FIELD)
+#undef R2CC_OPTION_FIELD
 };
 
 // Rail connection states. Only the transport moves them:

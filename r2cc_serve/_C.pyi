@@ -1,6 +1,7 @@
 """Type stub of the C++ core (csrc/bindings.cc). Blocking calls release the GIL."""
 
 from enum import Enum
+from typing import ClassVar
 
 class AbortedError(RuntimeError):
     kind: str  # rails_down, peer_stalled, peer_gone, call_mismatch, timeout, closed, aborted
@@ -30,9 +31,10 @@ class TransportOptions:
     connect_timeout_s: float
     op_timeout_s: float
     small_msg_bytes: int
-    watchdog_realtime: bool
     hedge_bytes: int
+    watchdog_realtime: bool
     fallback_rails: int
+    FIELDS: ClassVar[list[str]]  # the fields above, in csrc/transport.h's order
     def __init__(self) -> None: ...
 
 class ConnStats:

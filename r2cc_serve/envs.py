@@ -18,6 +18,7 @@ class Knob:
     default: object
     parse: Callable[[str], object]
     help: str
+    transport: str | None = None  # the TransportOptions field (csrc/transport.h) this knob sets
 
 
 def _bool(s: str) -> bool:
@@ -27,44 +28,61 @@ def _bool(s: str) -> bool:
 _KNOBS: dict[str, Knob] = {}
 
 
-def _knob(name: str, default, parse, help: str) -> None:
-    _KNOBS[name] = Knob(name, default, parse, help)
+def _knob(name: str, default, parse, help: str, transport: str | None = None) -> None:
+    _KNOBS[name] = Knob(name, default, parse, help, transport)
+
+
+def transport_knobs() -> list[Knob]:
+    """The knobs that set a TransportOptions field, in registry order."""
+    return [k for k in _KNOBS.values() if k.transport]
 
 
 # --- transport (passed to the C++ core at communicator creation) -------------
 _knob("R2CC_CHUNK_BYTES", 256 * 1024, int,
-      "Largest chunk a message is cut into; one chunk is the unit of striping and re-send.")
+      "Largest chunk a message is cut into; one chunk is the unit of striping and re-send.",
+      transport="chunk_bytes")
 _knob("R2CC_RAIL_WINDOW_BYTES", 1024 * 1024, int,
       "Un-acknowledged bytes allowed per rail connection; keeps kernel queues short so "
-      "failover re-sends little and striping follows bandwidth.")
+      "failover re-sends little and striping follows bandwidth.",
+      transport="window_bytes")
 _knob("R2CC_HEARTBEAT_MS", 5, int,
-      "An idle rail sends a heartbeat this often so the peer can tell silence from death.")
+      "An idle rail sends a heartbeat this often so the peer can tell silence from death.",
+      transport="heartbeat_ms")
 _knob("R2CC_RAIL_TIMEOUT_MS", 60, int,
       "A rail whose peer sent nothing and whose peer's kernel acknowledged none of our bytes "
       "for this long is suspect: its chunks move to the other rails. A silent peer whose "
-      "kernel still acknowledges is a stalled process, not a failed rail.")
+      "kernel still acknowledges is a stalled process, not a failed rail.",
+      transport="rail_timeout_ms")
 _knob("R2CC_PEER_SILENCE_MS", 400, int,
       "A suspect rail whose path stays dead this long is failed and reconnected; a peer "
-      "process silent this long (its host acknowledging) is reported as stalled.")
+      "process silent this long (its host acknowledging) is reported as stalled.",
+      transport="peer_silence_ms")
 _knob("R2CC_PROBE_INTERVAL_MS", 200, int,
-      "How often a failed rail is probed (reconnect attempt) for re-admission.")
+      "How often a failed rail is probed (reconnect attempt) for re-admission.",
+      transport="probe_interval_ms")
 _knob("R2CC_ALL_RAILS_DOWN_GRACE_MS", 600, int,
       "A collective waiting on a peer with no healthy rail waits this long for one to come "
       "back, then the group aborts with RailsDownError on every rank. With no collective "
-      "waiting, an outage fails nothing and the group heals when a rail returns.")
+      "waiting, an outage fails nothing and the group heals when a rail returns.",
+      transport="all_down_grace_ms")
 _knob("R2CC_CONNECT_TIMEOUT_S", 30.0, float,
-      "Group set-up: how long to wait for every rail connection.")
+      "Group set-up: how long to wait for every rail connection.",
+      transport="connect_timeout_s")
 _knob("R2CC_OP_TIMEOUT_S", 300.0, float,
       "Upper bound for one collective; a wait longer than this aborts the group (with "
-      "PeerStalledError naming the rank when a stalled process is why).")
+      "PeerStalledError naming the rank when a stalled process is why).",
+      transport="op_timeout_s")
 _knob("R2CC_WATCHDOG_REALTIME", True, _bool,
       "Run the heartbeat/failure-detection thread with SCHED_FIFO priority (or a lower nice "
-      "value without the privilege), so a saturated CPU is not mistaken for a dead rail.")
+      "value without the privilege), so a saturated CPU is not mistaken for a dead rail.",
+      transport="watchdog_realtime")
 _knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
       "Single-chunk sends up to this size go out on two rails at once: when one rail dies, "
-      "the other copy is already there (no detection delay for decode-sized all_reduces). 0: off.")
+      "the other copy is already there (no detection delay for decode-sized all_reduces). 0: off.",
+      transport="hedge_bytes")
 _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
-      "Sends up to this size are copied and complete at once (kept until acknowledged).")
+      "Sends up to this size are copied and complete at once (kept until acknowledged).",
+      transport="small_msg_bytes")
 _knob("R2CC_PIPELINE_BYTES", 4 * 1024 * 1024, int,
       "all_reduce slice size: reduction of one slice overlaps the transfer of the next.")
 _knob("R2CC_ALLREDUCE_ONE_SHOT_BYTES", 32 * 1024, int,

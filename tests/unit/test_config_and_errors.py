@@ -8,7 +8,7 @@ import torch
 
 from r2cc_serve import envs
 from r2cc_serve.errors import UserError
-from r2cc_serve.transport.rails import resolve_rails
+from r2cc_serve.comm.rail_names import resolve_rails
 
 
 def test_knobs_have_defaults_and_parse(monkeypatch):
@@ -58,3 +58,22 @@ def test_cli_knobs_lists_every_setting_and_unknown_command_fails_cleanly():
     bad = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "nonsense"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_transport_options_have_one_source():
+    """csrc/transport.h's option list, the knob registry and the stub cannot drift apart: every
+    field but fallback_rails (set from the rail config) has one knob with the same default."""
+    import ast
+    import pathlib
+
+    from r2cc_serve import _C, envs
+
+    fields = list(_C.TransportOptions.FIELDS)
+    by_field = {k.transport: k for k in envs.transport_knobs()}
+    assert sorted(by_field) == sorted(f for f in fields if f != "fallback_rails")
+    defaults = _C.TransportOptions()
+    for field, knob in by_field.items():
+        assert getattr(defaults, field) == knob.default, (field, knob.name)
+    stub = ast.parse(pathlib.Path(_C.__file__).with_name("_C.pyi").read_text())
+    cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "TransportOptions")
+    assert [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and n.target.id != "FIELDS"] == fields
