@@ -1,6 +1,8 @@
-"""Builds the C++ core r2cc_serve._C (metadata lives in pyproject.toml)."""
+"""Builds the C++ core r2cc_serve._C; the torch pin comes from r2cc_serve/pins.py (other
+metadata lives in pyproject.toml)."""
 
 import glob
+import runpy
 
 from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
@@ -15,4 +17,7 @@ ext = Pybind11Extension(
     extra_link_args=["-pthread"],
 )
 
-setup(ext_modules=[ext])
+PINS = runpy.run_path("r2cc_serve/pins.py")
+setup(ext_modules=[ext],
+      install_requires=[f"torch=={PINS['TORCH_VERSION']}", "numpy", "pyyaml", "fastapi", "uvicorn",
+                        "prometheus_client", "httpx"])

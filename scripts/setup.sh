@@ -25,8 +25,9 @@ fi
 PY=${PYTHON:-python3}
 source scripts/pip_quiet.sh
 pip_install() { pip_quiet "$PY" -m pip install -q --disable-pip-version-check "$@"; }
-step "pip: torch 2.13.0 (CPU), build and test tools"
-pip_install "torch==2.13.0" "pybind11>=2.12" "setuptools>=68" wheel \
+source scripts/pins.sh  # TORCH_VERSION, VLLM_VERSION
+step "pip: torch $TORCH_VERSION (CPU), build and test tools"
+pip_install "torch==$TORCH_VERSION" "pybind11>=2.12" "setuptools>=68" wheel \
   pytest pytest-timeout "schemathesis>=4" mpi4py
 
 step "pip: r2cc-serve (editable) and its C++ core"
