@@ -17,6 +17,7 @@ from r2cc_serve import vllm_compat
 from r2cc_serve.comm import registry
 from r2cc_serve.comm.communicator import Communicator, ControlPlane
 from r2cc_serve.comm.rail_config import load_rail_config
+from r2cc_serve.health import loglines
 
 log = logging.getLogger("r2cc_serve.vllm")
 
@@ -47,10 +48,8 @@ class R2CCCommunicator(_Base):
                                  control=ControlPlane(node, self.global_rank, f"node{node}"))
         self.node = node
         registry.register(unique_name, self.global_rank, node, self.comm)
-        log.warning("r2cc: group %s rank %d/%d (global %d, node %d) up on rails %s%s%s", unique_name,
-                    self.rank_in_group, self.world_size, self.global_rank, node, self.comm.rail_ips,
-                    f" in netns {rails.netns}" if rails.netns else "",
-                    f" (fallback {rails.fallback_rails})" if rails.fallback_rails else "")
+        log.warning("%s", loglines.group_up_line(unique_name, self.rank_in_group, self.world_size, self.global_rank,
+                                                 node, self.comm.rail_ips, rails.netns, rails.fallback_rails))
 
     def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
         return self.comm.all_reduce(input_, inplace=False)

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 
+from r2cc_serve.health import loglines
 from r2cc_serve.health.liveness import process_identity
 from r2cc_serve import envs
 from r2cc_serve.priority import raise_thread_priority
@@ -89,8 +90,8 @@ class RailMonitor:
                       "error": r["last_error"] if r["state"] == "down" else "",
                       "detect_s": r["last_detect_s"] if r["state"] == "down" else None}
                 self.events.append(ev)
-                log.warning("r2cc: %s rank %d rail%d to rank %d: %s -> %s%s", self.group, self.rank, r["rail"],
-                            r["peer"], prev, r["state"], f" ({ev['error']})" if ev["error"] else "")
+                log.warning("%s", loglines.transition_line(self.group, self.rank, r["rail"], r["peer"], prev,
+                                                           r["state"], ev["error"]))
             self._last[key] = r["state"]
         peers = self.comm.peer_stats()
         for p in peers:

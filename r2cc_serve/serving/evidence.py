@@ -15,14 +15,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass
 
-_TRANSITION = re.compile(r"r2cc: (?P<group>\S+) rank (?P<rank>\d+) rail(?P<rail>\d+) to rank (?P<peer>\d+): "
-                         r"(?P<old>\w+) -> (?P<new>\w+)(?: \((?P<reason>.*)\))?\s*$")
-_GROUP_UP = re.compile(r"r2cc: group (?P<group>\S+) rank (?P<rank>\d+)/\d+ .* up on rails (?P<rails>\[[^\]]*\])")
+from r2cc_serve.health import loglines
+
 
 
 @dataclass(frozen=True)
@@ -92,14 +90,8 @@ class LogWatcher:
 
 
 def _parse(line: str, now: float, source: str) -> Transition | None:
-    i = line.find("r2cc: ")
-    if i < 0:
-        return None
-    m = _TRANSITION.match(line[i:])
-    if not m:
-        return None
-    return Transition(now, source, m["group"], int(m["rank"]), int(m["rail"]), int(m["peer"]),
-                      m["old"], m["new"], m["reason"] or "")
+    f = loglines.parse_transition(line)
+    return None if f is None else Transition(now, source, **f)
 
 
 def read_status(status_dir: str) -> dict[str, dict]:
@@ -156,9 +148,8 @@ def rail_map_from_logs(paths: list[str]) -> dict[int, str]:
         try:
             with open(path, errors="replace") as f:
                 for line in f:
-                    m = _GROUP_UP.search(line)
-                    if m:
-                        ips = [x.strip(" '\"") for x in m["rails"].strip("[]").split(",")]
+                    ips = loglines.parse_group_up(line)
+                    if ips is not None:
                         return dict(enumerate(ips))
         except OSError:
             continue
