@@ -37,7 +37,7 @@ class R2CCCollector:
                                    "declared (detection latency)", labels=labels)
         for r in snap.rails:
             lv = [r["host"], str(r["rail"])]
-            up.add_metric(lv, 1.0 if r["state"] in ("up", "degraded") else 0.0)
+            up.add_metric(lv, 1.0 if r["state"] in ("up", "slow") else 0.0)
             for s in STATE_ORDER:
                 state.add_metric(lv + [s], 1.0 if r["state"] == s else 0.0)
             bw.add_metric(lv, r["bandwidth_Bps"])

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
-RailState = Literal["up", "degraded", "draining", "drained", "down", "recovering", "connecting", "aborted"]
+RailState = Literal["up", "slow", "draining", "drained", "down", "recovering", "connecting", "aborted"]
 
 
 class Connection(BaseModel):

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 # Worst first: a rail shown for a host takes the worst state of its connections.
-STATE_ORDER = ["aborted", "down", "recovering", "connecting", "draining", "drained", "degraded", "up"]
-HEALTHY = ("up", "degraded")
+# A rail's state says how it carries data; "degraded" is a health status only (ok / degraded / down).
+STATE_ORDER = ["aborted", "down", "recovering", "connecting", "draining", "drained", "slow", "up"]
+HEALTHY = ("up", "slow")
 
 
 def rail_view(conns: list[dict]) -> dict:
@@ -38,8 +39,8 @@ def rail_view(conns: list[dict]) -> dict:
     }
 
 
-def mark_degraded(rails: list[dict]) -> None:
-    """An up rail measured at under a quarter of the best of its host's rails is shown as degraded
+def mark_slow(rails: list[dict]) -> None:
+    """An up rail measured at under a quarter of the best of its host's rails is shown as slow
     (a rate cut; smaller differences are measurement noise on busy hosts)."""
     bws = [r["bandwidth_Bps"] for r in rails if r["state"] == "up" and not r["fallback"] and r["bandwidth_Bps"] > 0]
     if len(bws) < 2:
@@ -47,7 +48,7 @@ def mark_degraded(rails: list[dict]) -> None:
     best = max(bws)
     for r in rails:
         if r["state"] == "up" and not r["fallback"] and 0 < r["bandwidth_Bps"] < best / 4:
-            r["state"] = "degraded"
+            r["state"] = "slow"
 
 
 def group_hosts(states: dict[tuple[str, int], dict]) -> dict[str, list[dict]]:
@@ -61,7 +62,7 @@ def group_hosts(states: dict[tuple[str, int], dict]) -> dict[str, list[dict]]:
     out = {}
     for host, rails in sorted(grouped.items()):
         views = [rail_view(conns) for _, conns in sorted(rails.items())]
-        mark_degraded(views)
+        mark_slow(views)
         out[host] = views
     return out
 
@@ -81,7 +82,7 @@ def group_health(states: dict, unreachable: dict, rails: list[dict], updated: fl
         reasons.append(f"{group} rank {rank}: {why}")
         status = "down" if status == "down" else "degraded"
     for r in rails:
-        if r["state"] == "degraded":
+        if r["state"] == "slow":
             reasons.append(f"{r['host']} rail{r['rail']} runs at under a quarter of the bandwidth of its best rail")
             status = "degraded" if status == "ok" else status
     return {"status": status, "reasons": reasons, "updated": updated}

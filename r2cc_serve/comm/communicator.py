@@ -19,7 +19,7 @@ import torch
 from r2cc_serve import envs
 from r2cc_serve.comm.errors import translate_errors
 from r2cc_serve.errors import UserError
-from r2cc_serve.transport.rails import resolve_rails
+from r2cc_serve.comm.rail_names import resolve_rails
 
 try:
     from r2cc_serve import _C
@@ -41,18 +41,8 @@ _OPS = {"sum": _C.RedOp.sum, "max": _C.RedOp.max, "min": _C.RedOp.min}
 def transport_options(**overrides) -> "_C.TransportOptions":
     """TransportOptions from the R2CC_* knobs, with explicit overrides on top."""
     opt = _C.TransportOptions()
-    opt.chunk_bytes = envs.get("R2CC_CHUNK_BYTES")
-    opt.window_bytes = envs.get("R2CC_RAIL_WINDOW_BYTES")
-    opt.heartbeat_ms = envs.get("R2CC_HEARTBEAT_MS")
-    opt.rail_timeout_ms = envs.get("R2CC_RAIL_TIMEOUT_MS")
-    opt.peer_silence_ms = envs.get("R2CC_PEER_SILENCE_MS")
-    opt.probe_interval_ms = envs.get("R2CC_PROBE_INTERVAL_MS")
-    opt.all_down_grace_ms = envs.get("R2CC_ALL_RAILS_DOWN_GRACE_MS")
-    opt.connect_timeout_s = envs.get("R2CC_CONNECT_TIMEOUT_S")
-    opt.op_timeout_s = envs.get("R2CC_OP_TIMEOUT_S")
-    opt.small_msg_bytes = envs.get("R2CC_SMALL_MSG_BYTES")
-    opt.watchdog_realtime = envs.get("R2CC_WATCHDOG_REALTIME")
-    opt.hedge_bytes = envs.get("R2CC_HEDGE_BYTES")
+    for knob in envs.transport_knobs():  # the registry says which knob sets which field
+        setattr(opt, knob.transport, envs.get(knob.name))
     for key, value in overrides.items():
         if not hasattr(opt, key):
             raise UserError(f"unknown transport option {key!r}")
@@ -81,9 +71,11 @@ class DurationHistogram:
 
 
 @dataclass
-class _Plan:
-    slice_bytes: int
-    one_shot_bytes: int
+class BuiltinTuning:
+    """How the built-in C++ all_reduce cuts its work (equal on every rank)."""
+
+    slice_bytes: int     # R2CC_PIPELINE_BYTES: reduction of one slice overlaps the next's transfer
+    one_shot_bytes: int  # R2CC_ALLREDUCE_ONE_SHOT_BYTES: up to this, one exchange of whole inputs
 
 
 @dataclass(frozen=True)
@@ -124,7 +116,7 @@ class Communicator:
         self.rail_ips = resolve_rails(self.rail_names, netns)
         self._lock = threading.Lock()
         self._durations = DurationHistogram()
-        self._plan = _Plan(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"),
+        self._tuning = BuiltinTuning(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"),
                            one_shot_bytes=envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"))
         self._sched = None  # GroupSchedule when all_reduce runs plans (R2CC_SCHEDULE != builtin)
         self._rail_Bps = envs.get("R2CC_RAIL_BPS")
@@ -188,7 +180,7 @@ class Communicator:
         out = src if inplace else torch.empty_like(src)
         if self._sched is None:
             self._run("all_reduce", src.data_ptr(), out.data_ptr(), src.numel(), _dtype(src), _op(op),
-                      self._plan.slice_bytes, self._plan.one_shot_bytes)
+                      self._tuning.slice_bytes, self._tuning.one_shot_bytes)
         else:
             self._run_planned(src, out, _dtype(src), _op(op))
         if inplace and src is not tensor:
@@ -263,11 +255,11 @@ class Communicator:
                                   full_Bps=self._rail_Bps * (self.num_rails - self.num_fallback),
                                   refresh_calls=envs.get("R2CC_PLAN_REFRESH_CALLS"),
                                   refresh_bytes=envs.get("R2CC_PLAN_REFRESH_BYTES"),
-                                  slice_bytes=self._plan.slice_bytes, allow_partial_sums=allow_partial_sums,
+                                  slice_bytes=self._tuning.slice_bytes, allow_partial_sums=allow_partial_sums,
                                   model=CostModel(alpha_s=envs.get("R2CC_PLAN_ALPHA_S"),
                                                   overhead_s=envs.get("R2CC_PLAN_MSG_OVERHEAD_S")),
                                   trial_calls=envs.get("R2CC_PLAN_TRIAL_CALLS"),
-                                  one_shot_bytes=self._plan.one_shot_bytes)
+                                  one_shot_bytes=self._tuning.one_shot_bytes)
             self._schedules[key] = sched
         with self._lock:
             self._sched, self._schedule = sched, schedule
@@ -289,7 +281,7 @@ class Communicator:
             t0 = time.perf_counter()
             if builtin:  # what the C++ path runs anyway: the same bits, without the executor's bookkeeping
                 self._t.all_reduce(src.data_ptr(), out.data_ptr(), src.numel(), dtype, op,
-                                   self._plan.slice_bytes, self._plan.one_shot_bytes)
+                                   self._tuning.slice_bytes, self._tuning.one_shot_bytes)
             else:
                 program = s.program_for(src.numel(), src.element_size(), schedule)
                 self._t.all_reduce_plan(program, src.data_ptr(), out.data_ptr(), src.numel(), dtype, op)
@@ -338,8 +330,10 @@ class Communicator:
         self._t.restore_rail(self._check_rail(rail))
 
     def inject_failure(self, peer: int, rail: int, after_chunks: int = 1) -> None:
-        """Test fault injector: the connection to `peer` on `rail` fails right after it sends
-        `after_chunks` more data chunks (so un-acknowledged data is surely in flight)."""
+        """Test fault injector: the connection to `peer` on `rail` fails right after its writer
+        thread sends `after_chunks` more data chunks (so un-acknowledged data is surely in
+        flight). Single-chunk messages, which the calling thread sends inline, do not count:
+        use messages of several chunks (R2CC_CHUNK_BYTES) when a test needs the failure."""
         self._t.inject_failure(self._check_peer(peer), self._check_rail(rail), after_chunks)
 
     def abort(self, reason: str) -> None:

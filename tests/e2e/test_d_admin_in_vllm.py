@@ -38,7 +38,7 @@ from tests.e2e.conftest import LOAD, SERVE_ARGS
 TOKEN = "e2e-admin-token"
 VISIBLE_S = 1.0       # an action must show on every rank within this (the bound)
 RECOVER_S = 20.0      # undrain/restore: probing and re-admission, stale ARP included
-HEALTHY = ("up", "degraded")  # degraded = up, measured slower than a quarter of the best rail
+HEALTHY = ("up", "slow")  # slow = up, measured slower than a quarter of the best rail
 
 
 def _log_dir(name: str) -> str | None:
