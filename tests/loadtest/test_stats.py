@@ -59,3 +59,21 @@ def test_tiny_bootstraps_do_not_crash(n_boot):
     rng = np.random.default_rng(3)
     o = overheads([(_rounds(rng, 1.0), _rounds(rng, 1.0))], n_boot=n_boot)[0]
     assert o.overhead is not None
+
+
+def test_a_slow_rail_is_in_service_before_a_round(monkeypatch):
+    """Rounds wait for rails out of service, not for a rail whose bandwidth figure is low."""
+    from r2cc_serve.loadtest import runner
+
+    class Answer:
+        def json(self):
+            return {"rails": [{"host": "node0", "rail": 0, "state": "slow", "fallback": False},
+                              {"host": "node1", "rail": 2, "state": "down", "fallback": False},
+                              {"host": "node1", "rail": 4, "state": "down", "fallback": True}]}
+
+    monkeypatch.setattr(runner.httpx, "get", lambda *a, **k: Answer())
+
+    class Dep:
+        url = "http://x"
+
+    assert runner._rails_not_up(Dep()) == ["node1 rail2 down"]
