@@ -40,6 +40,9 @@ KINDS = LAB_KINDS + HOST_FAULTS + ADMIN_ACTIONS
 # What ends a fault or action on its rail; the keys are the kinds a run can hold for a while.
 _UNDO = {**{k: "clear" for k in RAIL_FAULTS + HOST_FAULTS}, "drain": "undrain", "failover": "restore"}
 HELD_KINDS = tuple(_UNDO)
+# Rail faults a run can keep in place for as long as it likes (a flap ends by itself): a host
+# made a straggler for a whole benchmark (`r2cc bench --hold-fault`, `r2cc serve-prefill --hold`).
+STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade")
 
 FLAP_DEFAULTS = (400, 8)  # period_ms, count: a bad cable, long enough to be seen under load
 _ARG_COUNTS = {"degrade": (1,), "flap": (0, 2)}
@@ -220,6 +223,13 @@ def parse_fault_text(text: str, kinds: tuple[str, ...] = KINDS) -> FaultSpec:
     if rail is None and kind not in HOST_FAULTS:
         raise UserError(f"{kind} needs a rail: h{host}:<RAIL>:{kind}")
     return parse_fault_words([kind, *m.group(4).split(":")[1:]], host, None if rail is None else int(rail), kinds)
+
+
+def parse_steady_fault(text: str, hosts: int, rails: int, label: str) -> FaultSpec:
+    """A STEADY_RAIL_FAULTS fault in the notation ('h3:2:down', 'h1:0:degrade:125mbit'), checked
+    against the lab's hosts and rails; errors start with ``label`` (the option that gave it)."""
+    with labelled(label):
+        return parse_fault_text(text.strip(), STEADY_RAIL_FAULTS).check_target(hosts, rails)
 
 
 # --- schedules -----------------------------------------------------------------------------------

@@ -11,15 +11,14 @@ nothing fitted to the run. Unshaped labs have no rate: no expectations then.
 
 from __future__ import annotations
 
-import math
-
+from r2cc_serve import envs
 from r2cc_serve.bench.spec import format_size, parse_hold
 from r2cc_serve.lab.layout import rate_bits
 from r2cc_serve.sched import builders, cost
 from r2cc_serve.sched.bandwidth import Bandwidth
+from r2cc_serve.sched.group import builtin_schedule
+from r2cc_serve.sched.planner import size_bucket
 from r2cc_serve.sched.sim import simulate
-
-BUILTIN_ONE_SHOT_BYTES = 32 * 1024  # R2CC_ALLREDUCE_ONE_SHOT_BYTES default: builtin's cut-off
 
 
 def host_line_Bps(hosts: int, rails: int, rate: str, held: list[str]) -> list[float]:
@@ -61,15 +60,20 @@ def add_expectations(report: dict) -> None:
 def _plan_ran(row: dict, p: int):
     """The plan the ranks ran for this row, or None if the workers did not say."""
     count = row["bytes"] // 4
+    # the workers inherited the bench's knobs: the same cut-off as theirs
+    builtin = builtin_schedule(row["bytes"], envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"))
     if row["schedule"] == "builtin":
-        kind = "one_shot" if row["bytes"] <= BUILTIN_ONE_SHOT_BYTES else "direct"
-        return builders.build(kind, p, count)
+        return builders.build(builtin, p, count)
     info = row.get("plan") or {}
-    bucket = 2 ** max(0, math.ceil(math.log2(max(row["bytes"], 1))))
+    bucket = 2 ** size_bucket(row["bytes"])
     choice = next((c for c in info.get("choices", []) if c["size_bucket_bytes"] == bucket and c["elem_bytes"] == 4),
                   None)
     if choice is None:
         return None
+    kept = next((t["kept"] for t in info.get("trials", [])
+                 if t["size_bucket_bytes"] == bucket and t["elem_bytes"] == 4 and t["kept"]), None)
+    if kept == builtin != choice["schedule"]:  # auto's trial found the model wrong: it ran the built-in choice
+        return builders.build(builtin, p, count)
     bw = Bandwidth(info["bandwidth_Bps"]["out"], info["bandwidth_Bps"]["in"])
     return builders.build(choice["schedule"], p, count, bw=bw, chunks=choice["chunks"])
 

@@ -58,8 +58,7 @@ class FaultController:
         self._active = None
         if thread is not None:  # a flap ends with the link up; let it finish first
             thread.join(timeout=spec.fault.duration_s + 5)
-        for undo in spec.fault.undo(self.lab.rails):
-            self.lab.inject(undo)
+        self.lab.repair(spec.fault)
         self.injected[n]["cleared_at"] = time.time()
         self.store.set(f"fault/{n}/cleared", "1")
 
@@ -92,6 +91,5 @@ class HeldFaults:
 
     def finish(self) -> None:
         for h in self._injected:
-            for undo in h.fault.undo(self.lab.rails):
-                self.lab.inject(undo)
+            self.lab.repair(h.fault)
         self._injected.clear()

@@ -10,12 +10,11 @@ import re
 from dataclasses import dataclass
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text
+from r2cc_serve.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
 
 BACKENDS = ("r2cc", "gloo", "mpi")
 # r2cc all_reduce schedules (R2CC_SCHEDULE values); builtin is today's fixed C++ path.
 SCHEDULES = ("builtin", "auto", "direct", "one_shot", "ring", "optcc")
-PARTIAL_SUM_SCHEDULES = ("ring",)  # not the canonical rank-order sum: checked with a tolerance
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 DEFAULT_FAULT_AT = 0.30  # fraction of the fault-free duration
 
@@ -110,15 +109,10 @@ def parse_fault(text: str, hosts: int, rails: int) -> BenchFault:
     return BenchFault(text, fault, at)
 
 
-HOLD_KINDS = ("down", "blackhole", "degrade")
-
-
 def parse_hold(text: str, hosts: int, rails: int) -> BenchFault:
     """A fault held for the whole r2cc launch (set after the group is up): 'h3:2:down', 'h1:0:degrade:125mbit'."""
     text = text.strip()
-    with labelled(f"--hold-fault {text!r}"):
-        fault = parse_fault_text(text, HOLD_KINDS).check_target(hosts, rails)
-    return BenchFault(text, fault, 0.0)
+    return BenchFault(text, parse_steady_fault(text, hosts, rails, f"--hold-fault {text!r}"), 0.0)
 
 
 def _parse_percent(text: str) -> float:

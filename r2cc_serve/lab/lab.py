@@ -153,6 +153,11 @@ class Lab:
             thread = self._inject_one(step, background, progress)
         return thread
 
+    def repair(self, spec: FaultSpec) -> None:
+        """Undo what inject(spec) did, on every rail it touched (link up, blackhole or rate cut cleared)."""
+        for undo in spec.undo(self.rails):
+            self.inject(undo)
+
     def _inject_one(self, spec: FaultSpec, background: bool, progress) -> threading.Thread | None:
         target = self._target(spec.host, spec.rail)
         _require_privileges(("ip", "tc", "nft"))

@@ -30,6 +30,11 @@ from r2cc_serve.sched.trials import Trials
 BANDWIDTH_SCHEDULES = ("auto", "optcc", "r2ccl")  # schedules whose plan depends on the table
 
 
+def builtin_schedule(nbytes: int, one_shot_bytes: int) -> str:
+    """What the built-in C++ all_reduce runs for this size (R2CC_ALLREDUCE_ONE_SHOT_BYTES)."""
+    return "one_shot" if nbytes <= one_shot_bytes else "direct"
+
+
 def parse_table(text: str, p: int, full_Bps: float = 1.0) -> Bandwidth | None:
     """'1,1,1,0.5' (one per rank) -> a table; '' -> None. Values up to 1 are fractions of
     ``full_Bps`` (a rank with every rail up), larger ones bytes/s."""
@@ -134,7 +139,7 @@ class GroupSchedule:
 
     def baseline(self, nbytes: int) -> str:
         """What the built-in path would run for this size."""
-        return "one_shot" if nbytes <= self.one_shot_bytes else "direct"
+        return builtin_schedule(nbytes, self.one_shot_bytes)
 
     def select(self, count: int, elem_bytes: int) -> tuple[str, tuple, bool]:
         """(schedule, trial key, builtin) for an all_reduce of ``count`` elements. ``builtin``:

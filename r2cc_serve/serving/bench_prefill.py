@@ -23,7 +23,7 @@ import sys
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.faults import labelled, parse_fault_text
+from r2cc_serve.faults import parse_steady_fault
 from r2cc_serve.lab.layout import check_rate, rate_bits
 from r2cc_serve.serving import evidence
 from r2cc_serve.serving.deploy import single_instance
@@ -31,7 +31,6 @@ from r2cc_serve.serving.labctx import lab_session
 from r2cc_serve.serving.load import LoadSpec, compare, run_load
 from r2cc_serve.serving.model_dir import temp_model
 
-HOLD_KINDS = ("down", "blackhole", "degrade")
 SCHEDULES = ("auto", "direct", "builtin", "optcc")
 SETTLE_S = 3.0  # after the held faults: detection and failover (well under a second) are done
 
@@ -59,11 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_holds(texts: list[str], hosts: int, rails: int):
-    holds = []
-    for text in texts:
-        with labelled(f"--hold {text!r}"):
-            holds.append(parse_fault_text(text.strip(), HOLD_KINDS).check_target(hosts, rails))
-    return holds
+    return [parse_steady_fault(text, hosts, rails, f"--hold {text!r}") for text in texts]
 
 
 def make_prompts(model_dir: str, n: int, tokens: int, seed: int = 0) -> list[str]:
@@ -177,8 +172,7 @@ def _deployment_round(lab, model: str, schedule: str, holds, spec: LoadSpec, arg
             status = evidence.read_status(dep.status_dir)
         finally:
             for h in injected:
-                for undo in h.undo(lab.rails):
-                    lab.inject(undo)
+                lab.repair(h)
     return res, {"ok": len(res.ok), "failed": len(res.failed),
                  "ttft_s": [r.ttft_s for r in res.ok if r.ttft_s is not None],
                  "planned": _planned(status, args.prompt_tokens * 256 * 4), "conns_out": out,

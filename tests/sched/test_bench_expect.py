@@ -54,3 +54,15 @@ def test_rows_get_the_bound_the_simulator_and_speedups():
     assert lb / share < auto["sim_s"] < lb / share * 1.05  # T_LB plus the pipelining term
     assert auto["speedup_vs_builtin"] == pytest.approx(1.6 / 1.15)
     assert "optcc K=" in schedule_table(report)
+
+
+def test_an_auto_row_whose_trial_kept_the_builtin_choice_is_simulated_as_that():
+    caps = [4 * RAIL] * 3 + [2 * RAIL]
+    row = _row("auto", 1.6, caps)
+    bucket = row["plan"]["choices"][0]["size_bucket_bytes"]
+    row["plan"]["trials"] = [{"size_bucket_bytes": bucket, "elem_bytes": 4, "modeled": "optcc", "baseline": "direct",
+                              "kept": "direct", "modeled_s": 1.9, "baseline_s": 1.6}]
+    report = {"hosts": 4, "rails": 4, "rate": "250mbit", "mtu": 1500, "held_faults": ["h3:2:down", "h3:3:down"],
+              "results": [row]}
+    add_expectations(report)
+    assert row["sim_plan"]["schedule"] == "direct"  # what the ranks ran, not the model's proposal
