@@ -135,7 +135,7 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns) return;
   const int space = send_space(c.fd) - 4096;
   if (space < int(sizeof(FrameHeader))) return;
-  std::vector<FrameHeader> frames{FrameHeader{kFrameMagic, uint32_t(FrameType::kHeartbeat), 0, uint64_t(now), 0, 0, 0}};
+  std::vector<FrameHeader> frames{control_frame(FrameType::kHeartbeat, 0, uint64_t(now))};
   const size_t acks = take_acks_locked(c, p, frames, now, size_t(space) / sizeof(FrameHeader));
   const int sent = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
   if (sent == 1) {

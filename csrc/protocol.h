@@ -34,6 +34,11 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 56, "frame header must stay 56 bytes");
 
+// A frame without a call descriptor (acks, heartbeats, drain, goodbye, abort).
+inline FrameHeader control_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {
+  return FrameHeader{kFrameMagic, uint32_t(t), seq, offset, 0, len, 0};
+}
+
 // Handshake, listener speaks first. Each side proves knowledge of the group secret
 // by a keyed MAC over the other side's fresh nonce; the secret never crosses the wire.
 struct HelloListener {

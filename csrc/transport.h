@@ -197,23 +197,36 @@ class Transport {
     uint32_t idx;
   };
 
-  // connection life cycle (transport.cc)
-  void accept_loop(int rail);
-  void handshake_incoming(int fd, int rail);
-  void connector_loop();
-  bool try_connect(Conn& c);
-  void install(Conn& c, int fd);
-  void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);
-  bool peer_has_link_locked(const Peer& p) const;
-  bool peer_has_path_locked(const Peer& p) const;
-  std::string stopped_chunk_reason() const;
-  void peer_closed_locked(Peer& p);
-  void flush_before_close();
+  // Private methods by file. Unless a name says otherwise, a *_locked method needs mu_ held and
+  // never blocks; the *_loop methods are thread bodies that return only at close().
+
+  // transport.cc: the group's error (first one wins; from then on every wait throws it and no
+  // thread touches a caller's buffer) and socket-number book-keeping (a socket is closed only
+  // once no thread can still be inside recv/send on it).
+  void flush_before_close();  // blocks up to ~2.3 s for our sends, owed acks and goodbyes
   void set_error_locked(ErrorKind kind, const std::string& reason);
   void throw_error_locked() const;
-  void check_last_rail_locked(int rail, const char* action) const;
+  void use_fd_locked(Conn& c, int fd);
+  void release_fd_locked(Conn& c, int fd);
 
-  // failure detection (detector.cc)
+  // handshake.cc: set-up and re-connects. A failed handshake closes its socket and notes why
+  // on the Conn; it never fails the group. install() is the only way a socket enters a Conn.
+  void accept_loop(int rail);
+  void handshake_incoming(int fd, int rail);  // blocks up to the handshake timeout, lock free
+  void connector_loop();
+  bool try_connect(Conn& c);  // blocks (dial + handshake), lock free; true when installed
+  void install(Conn& c, int fd);
+
+  // failover.cc: acting on a failed or quiet rail: its un-acked chunks go back to the queue.
+  void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);  // no-op if epoch moved on
+  void suspect_conn_locked(Conn& c, const std::string& reason);
+  void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
+  void peer_closed_locked(Peer& p);
+  bool peer_has_link_locked(const Peer& p) const;
+  bool peer_has_path_locked(const Peer& p) const;
+
+  // detector.cc: failure detection from path evidence, stalled peers, heartbeats, bandwidth,
+  // and the verdicts of a waiting collective (check_wait_locked sets the group's error).
   void watchdog_loop();
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
   bool path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns) const;
@@ -221,40 +234,51 @@ class Transport {
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);
   void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);
-  // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
-  void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   std::string no_path_error_locked(const Peer& p, ErrorKind* kind) const;
 
-  std::function<void()> sent_progress(Conn& c) const;  // for write loops: bytes left for the kernel
-  // call descriptors (transport_io.cc)
-  void check_call_locked(Peer& p, const InMsg& m);
-  void check_rail(int rail) const;
-  void check_peer(int peer) const;
-  void use_fd_locked(Conn& c, int fd);
-  void release_fd_locked(Conn& c, int fd);
+  // operator_actions.cc: each action atomic under mu_; a refused one changes nothing.
+  void check_rail(int rail) const;  // throws out_of_range
+  void check_last_rail_locked(int rail, const char* action) const;  // throws LastRailError
+  std::vector<std::pair<Peer*, Conn*>> conns_on_rail_locked(int rail) const;  // one per peer
+  void set_rail_drained_locked(int rail, bool drained);
 
-  // data path (transport_io.cc)
-  void reader_loop(Conn& c);
-  void writer_loop(Conn& c);
-  std::string read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch);
+  // posting.cc: the caller's side. Posting never blocks; wait_ops blocks with mu_ released
+  // while asleep and always ends (done, the group's error, or a detector verdict).
+  void check_peer(int peer) const;  // throws invalid_argument
+  void check_call_locked(Peer& p, const InMsg& m);  // a mismatch aborts the group
+  // Writes one chunk from the posting thread when a rail is idle (unlocks lk while writing);
+  // false when no rail could take it now.
+  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge = false);
+  // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
+  void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
+  void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
+  void forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now);
   void finish_in_locked(Peer& p, InMsg& m);
   void release_reader_locked(Peer& p, InMsg& m);
-  void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
+  void finish_chunk_write_locked(const Chunk& chunk);
+
+  // conn_io.cc: one connection's reader and writer. Only they and the inline sender touch a
+  // connected socket (one writer at a time: Conn::writing); none holds mu_ while blocked on
+  // the socket; an I/O error fails the rail, never the group.
+  void reader_loop(Conn& c);
+  void writer_loop(Conn& c);
+  // Runs session(lk, epoch, fd) for every socket installed in c in turn, lk held on entry and
+  // exit, the socket kept open meanwhile; returns at close().
+  void serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session);
+  std::string read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
   size_t window_for_locked(const Conn& c) const;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
-  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge = false);
-  void forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now);
-  // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes.
+  // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes;
+  // blocks, lock free; "" or why it failed.
   std::string write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                           const std::function<bool()>& stale);
   // Moves owed acks into `frames` (at most `max_total` frames in all); returns how many.
   size_t take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
                           size_t max_total = 512);
-  void finish_chunk_write_locked(const Chunk& chunk);
-  void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
-  void suspect_conn_locked(Conn& c, const std::string& reason);
+  std::function<void()> sent_progress(Conn& c) const;  // for write loops: bytes left for the kernel
+  std::string stopped_chunk_reason() const;
 
   int rank_, world_;
   std::vector<std::string> rail_ips_;

@@ -1,6 +1,8 @@
 // Connection and peer records of the transport (private to transport*.cc).
 #pragma once
 
+#include <time.h>
+
 #include "messages.h"
 #include "transport.h"
 
@@ -78,6 +80,12 @@ struct Transport::Peer {
     while (done_above.count(done_floor)) done_above.erase(done_floor++);
   }
 };
+
+inline double unix_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
 
 inline bool is_connected(RailState s) {
   return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained;

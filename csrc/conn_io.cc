@@ -1,5 +1,11 @@
-// The transport's data path: posting, waiting, the per-connection reader and
-// writer loops, acknowledgements.
+// One connection's bytes: its writer loop (control frames, acks, chunks as the window
+// allows), its reader loop (frames in, chunks straight into their buffers) and the helpers
+// both share with the inline sender in posting.cc.
+//
+// Contract: only these loops and the inline sender touch a connected socket, at most one
+// writer at a time (Conn::writing); no loop holds the transport lock while it blocks on the
+// socket. An I/O error fails the rail (fail_conn_locked), never the group; a stale loop (the
+// socket was replaced or failed: the epoch moved on) stands down without touching the Conn.
 #include <algorithm>
 #include <cstring>
 
@@ -16,104 +22,11 @@ constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swa
 constexpr uint32_t kMaxAbortReason = 4096;
 constexpr int kIdleWriterWaitMs = 100;
 constexpr int64_t kEchoEveryNs = 100000000;  // heartbeat echoes (RTT samples): ~10 per second per rail
-
-FrameHeader ctrl_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {
-  return FrameHeader{kFrameMagic, uint32_t(t), seq, offset, 0, len, 0};
-}
 }  // namespace
-
-// ---- posting and waiting ---------------------------------------------------------
 
 std::function<void()> Transport::sent_progress(Conn& c) const {
   const int64_t pause_ns = int64_t(opt_.rail_timeout_ms) * 1000000 / 2;
   return [&c, pause_ns] { c.note_tx(now_ns(), pause_ns); };
-}
-
-void Transport::begin_call(const CallDesc& d) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (!error_.empty()) throw_error_locked();
-  call_desc_ = d;
-  cur_seq_ = d.is_p2p() ? kP2PSeq : ++call_seq_;
-  // A peer may be a call ahead: its messages for this call may already wait here.
-  if (!d.is_p2p())
-    for (auto& p : peers_)
-      for (auto& [seq, m] : p->in)
-        if (m->known && !m->posted && m->sent_seq == cur_seq_) check_call_locked(*p, *m);
-  if (!error_.empty()) throw_error_locked();
-}
-
-void Transport::check_call_locked(Peer& p, const InMsg& m) {
-  // The sender's call (from the message's first frame) against the receiving call: the
-  // posted receive's, else this rank's current collective when it has the same number.
-  uint64_t seq = 0;
-  CallDesc mine;
-  if (m.posted) {
-    seq = m.want_seq;
-    mine = CallDesc::unpack(m.want_desc);
-  } else if (m.sent_seq != kP2PSeq && m.sent_seq == cur_seq_) {
-    seq = cur_seq_;
-    mine = call_desc_;
-  } else {
-    return;
-  }
-  const CallDesc theirs = CallDesc::unpack(m.sent_desc);
-  if (calls_match(m.sent_seq, theirs, seq, mine)) return;
-  // Lower rank first: two ranks that each catch the mismatch word it identically.
-  std::string a = "rank " + std::to_string(p.rank) + " called " + describe_call(m.sent_seq, theirs);
-  std::string b = "rank " + std::to_string(rank_) + " called " + describe_call(seq, mine);
-  if (p.rank > rank_) std::swap(a, b);
-  set_error_locked(ErrorKind::kCallMismatch,
-                   "r2cc: the ranks called different collectives: " + a + ", " + b +
-                       ". Every rank must make the same calls in the same order with the same op, dtype, shape and "
-                       "root; the group is aborted on all ranks.");
-}
-
-void Transport::check_peer(int peer) const {
-  if (peer < 0 || peer >= world_ || peer == rank_)
-    throw std::invalid_argument("r2cc: rank " + std::to_string(rank_) + " cannot exchange data with rank " +
-                                std::to_string(peer) + " (group of " + std::to_string(world_) + ")");
-}
-
-Op Transport::post_send(int peer, const void* buf, size_t len) {
-  check_peer(peer);
-  Op op;
-  op.done_at_post = len == 0;  // nothing to move; both sides skip it alike
-  if (len == 0) return op;
-  std::unique_lock<std::mutex> lk(mu_);
-  if (!error_.empty()) throw_error_locked();
-  Peer& p = *peers_[peer];
-  auto m = std::make_shared<OutMsg>();
-  m->peer = peer;
-  m->seq = p.next_send_seq++;
-  m->call_seq = cur_seq_;
-  m->call_desc = call_desc_.pack();
-  m->len = len;
-  m->chunk = chunk_size_for(len, opt_.chunk_bytes, num_rails());
-  m->nchunks = num_chunks(len, m->chunk);
-  m->acked.assign(m->nchunks, 0);
-  m->on_rail.assign(m->nchunks, -1);
-  if (len <= opt_.small_msg_bytes) {
-    m->owned.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + len);
-    m->data = m->owned.data();
-    op.done_at_post = true;
-  } else {
-    m->data = static_cast<const char*>(buf);
-  }
-  p.out[m->seq] = m;
-  op.out = m;
-  // A one-chunk message goes out from this thread when a rail is idle: saves a
-  // thread wake-up, which is most of a small message's latency.
-  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk)) {
-    // A small message also goes out on a second rail: if the first one dies, the
-    // copy is already on its way and nobody waits for the failure to be detected.
-    // (Only copied messages: their bytes stay valid however long the copy takes.)
-    if (len <= opt_.hedge_bytes && !m->owned.empty() && m->on_rail[0] >= 0 && !m->done)
-      try_send_inline(p, Chunk{m, 0}, lk, true);
-    return op;
-  }
-  for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
-  p.cv.notify_all();
-  return op;
 }
 
 FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge) {
@@ -164,212 +77,11 @@ size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& f
   while (!c.suspect && !p.acks.empty() && frames.size() < max_total) {
     const AckItem a = p.acks.front();
     p.acks.pop_front();
-    frames.push_back(ctrl_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
+    frames.push_back(control_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
     c.acks_carried.emplace_back(now, a);
   }
   while (!c.acks_carried.empty() && now - c.acks_carried.front().first > kAckMemoryNs) c.acks_carried.pop_front();
   return frames.size() - before;
-}
-
-void Transport::finish_chunk_write_locked(const Chunk& chunk) {
-  if (--chunk.msg->active_writers == 0 && chunk.msg->done) done_cv_.notify_all();
-}
-
-bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge) {
-  const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
-  Conn* best = nullptr;
-  for (auto& c : p.conns)
-    if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
-        c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
-        (!best || c->inflight_bytes < best->inflight_bytes))
-      best = c.get();
-  if (!best) return false;
-  Conn& c = *best;
-  const uint64_t epoch = c.epoch.load();
-  const int fd = c.fd;
-  const int64_t now = now_ns();
-  // Acks owed to this peer ride along: no writer wake-up, no extra segment.
-  std::vector<FrameHeader> frames;
-  take_acks_locked(c, p, frames, now);
-  frames.push_back(start_chunk_locked(c, chunk, now, hedge));
-  c.writing = true;
-  use_fd_locked(c, fd);
-  lk.unlock();
-  auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
-  std::string err = write_chunk(c, fd, frames, chunk, stale);
-  lk.lock();
-  c.writing = false;
-  finish_chunk_write_locked(chunk);
-  release_fd_locked(c, fd);
-  if (!err.empty())
-    fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
-                                   " failed: " + err);
-  // Wake this peer's writers only when one may have work that waited for the socket.
-  if (!err.empty() || !p.queue.empty() || !c.ctrl.empty() || !c.ctrl_abort.empty()) p.cv.notify_all();
-  return true;
-}
-
-Op Transport::post_recv(int peer, void* buf, size_t len) {
-  check_peer(peer);
-  Op op;
-  op.done_at_post = len == 0;
-  if (len == 0) return op;
-  std::lock_guard<std::mutex> g(mu_);
-  if (!error_.empty()) throw_error_locked();
-  Peer& p = *peers_[peer];
-  const uint64_t seq = p.next_recv_seq++;
-  auto it = p.in.find(seq);
-  std::shared_ptr<InMsg> m;
-  if (it != p.in.end()) {  // chunks arrived before the receive was posted
-    m = it->second;
-    m->posted = true;
-    m->want_seq = cur_seq_;
-    m->want_desc = call_desc_.pack();
-    if (m->known) check_call_locked(p, *m);
-    if (error_.empty() && m->len != len)
-      set_error_locked(ErrorKind::kCallMismatch, "r2cc: rank " + std::to_string(peer) + " sent " +
-                                                     std::to_string(m->len) + " bytes but rank " + std::to_string(rank_) +
-                                                     " expected " + std::to_string(len) +
-                                                     " (the ranks called different collectives or shapes)");
-    if (!error_.empty()) throw_error_locked();
-    m->user = static_cast<char*>(buf);
-    if (m->known && m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
-  } else {
-    m = std::make_shared<InMsg>();
-    m->peer = peer;
-    m->seq = seq;
-    m->len = len;
-    m->posted = true;
-    m->want_seq = cur_seq_;
-    m->want_desc = call_desc_.pack();
-    m->user = m->data = static_cast<char*>(buf);
-    p.in[seq] = m;
-  }
-  op.in = m;
-  return op;
-}
-
-namespace {
-bool op_done_locked(const Op& op) {
-  return op.done_at_post || (op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done);
-}
-int op_peer(const Op& op) { return op.out ? op.out->peer : op.in->peer; }
-}  // namespace
-
-void Transport::wait(const Op& op) {
-  if (op.done_at_post) return;
-  wait_ops(&op, 1, nullptr);
-}
-
-std::vector<size_t> Transport::wait_some(const std::vector<Op>& ops) {
-  if (ops.empty()) throw std::invalid_argument("r2cc: wait_some needs at least one op");
-  std::vector<size_t> done;
-  wait_ops(ops.data(), ops.size(), &done);
-  return done;
-}
-
-void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
-  const int64_t start = now_ns();
-  const int64_t deadline = start + int64_t(opt_.op_timeout_s * 1e9);
-  // What this wait depends on, per peer (bit 0: a receive, bit 1: a send): the path checks run
-  // once per peer and wake-up, not once per op (an executor may wait on hundreds).
-  std::vector<uint8_t> waits_on(size_t(world_), 0);
-  for (size_t i = 0; i < n; ++i) waits_on[size_t(op_peer(ops[i]))] |= ops[i].out ? 2 : 1;
-  std::unique_lock<std::mutex> lk(mu_);
-  for (;;) {
-    bool any = false;
-    for (size_t i = 0; i < n; ++i)
-      if (op_done_locked(ops[i])) {
-        any = true;
-        if (done) done->push_back(i);
-      }
-    if (any) return;
-    // Nothing done yet. Stalled peers first, so a timeout names the stalled one.
-    for (int pass = 0; pass < 2 && error_.empty(); ++pass)
-      for (int peer = 0; peer < world_ && error_.empty(); ++peer) {
-        const uint8_t w = waits_on[size_t(peer)];
-        if (!w || (peers_[peer]->stalled_since_ns != 0) != (pass == 0)) continue;
-        if (peers_[peer]->closed)
-          throw AbortedError(ErrorKind::kPeerGone,
-                             "r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
-                                 std::to_string(rank_) + " still " + (w & 2 ? "sent to" : "expected data from") +
-                                 " it (the ranks ran different sequences of collectives)");
-        check_wait_locked(peer, w & 2, start, deadline);
-      }
-    if (!error_.empty()) {
-      // The caller frees its buffers once this throws: first let any thread still inside
-      // one of them step out (they stop within one poll interval after the abort).
-      const int64_t until = now_ns() + 200000000LL;
-      auto busy = [&] {
-        for (size_t i = 0; i < n; ++i)
-          if ((ops[i].in && ops[i].in->active_readers > 0) || (ops[i].out && ops[i].out->active_writers > 0))
-            return true;
-        return false;
-      };
-      while (busy() && now_ns() < until) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
-      throw_error_locked();
-    }
-    done_cv_.wait_for(lk, std::chrono::milliseconds(50));
-  }
-}
-
-// ---- acknowledgements --------------------------------------------------------------
-
-void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent) {
-  p.acks.push_back(AckItem{seq, idx, all});
-  // Acks of small chunks ride on the next write or heartbeat (<= heartbeat_ms):
-  // their sender does not wait for them, and waking a writer per tiny message
-  // costs more than the message. Large chunks free window space: ack at once.
-  if (urgent) p.cv.notify_one();
-}
-
-void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
-  auto it = p.out.find(seq);
-  if (it == p.out.end()) return;  // duplicate ack of a finished message
-  OutMsg& m = *it->second;
-  const size_t lo = all ? 0 : idx, hi = all ? m.nchunks : std::min<size_t>(idx + 1, m.nchunks);
-  const int64_t now = now_ns();
-  for (size_t i = lo; i < hi; ++i) {
-    if (m.acked[i]) continue;
-    m.acked[i] = 1;
-    m.nacked++;
-    if (m.on_rail[i] >= 0) forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
-    m.on_rail[i] = -1;
-  }
-  if (m.hedge_rail >= 0 && m.nacked == m.nchunks) {
-    forget_inflight_locked(p, m.hedge_rail, seq, 0, m.chunk_len(0), now);
-    m.hedge_rail = -1;
-  }
-  if (m.nacked == m.nchunks) {
-    m.done = true;
-    p.out.erase(it);
-    done_cv_.notify_all();
-  }
-  // Freed window space matters only to writers with chunks waiting.
-  if (!p.queue.empty()) p.cv.notify_all();
-}
-
-void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {
-  Conn& c = *p.conns[rail];
-  auto f = std::find(c.inflight.begin(), c.inflight.end(), std::make_pair(seq, idx));
-  if (f == c.inflight.end()) return;
-  c.inflight.erase(f);
-  c.inflight_bytes -= bytes;
-  c.acked_bytes += bytes;
-  if (c.inflight.empty()) {
-    c.busy_ns += now - c.busy_since_ns;
-    c.busy_since_ns = 0;
-    if (c.state == RailState::kDraining) c.state = RailState::kDrained;
-  }
-}
-
-void Transport::finish_in_locked(Peer& p, InMsg& m) {
-  if (!p.is_done(m.seq)) p.mark_done(m.seq);
-  if (!m.posted) return;  // complete in the stash; post_recv copies it out
-  if (m.data != m.user) std::memcpy(m.user, m.data, m.len);
-  m.done = true;
-  p.in.erase(m.seq);
-  done_cv_.notify_all();
 }
 
 // ---- writer ----------------------------------------------------------------
@@ -400,11 +112,8 @@ bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
   return true;
 }
 
-void Transport::writer_loop(Conn& c) {
+void Transport::serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session) {
   Peer& p = *peers_[c.peer];
-  std::vector<FrameHeader> frames;
-  std::string abort_reason;
-  ErrorKind abort_kind = ErrorKind::kAborted;
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     if (!is_connected(c.state)) {
@@ -413,7 +122,18 @@ void Transport::writer_loop(Conn& c) {
     }
     const uint64_t epoch = c.epoch.load();
     const int fd = c.fd;
-    use_fd_locked(c, fd);
+    use_fd_locked(c, fd);  // the socket stays open while the session may use it
+    session(lk, epoch, fd);
+    release_fd_locked(c, fd);
+  }
+}
+
+void Transport::writer_loop(Conn& c) {
+  Peer& p = *peers_[c.peer];
+  std::vector<FrameHeader> frames;
+  std::string abort_reason;
+  ErrorKind abort_kind = ErrorKind::kAborted;
+  serve_connection(c, [&](std::unique_lock<std::mutex>& lk, uint64_t epoch, int fd) {
     auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
     while (!stale()) {
       if (c.writing) {  // an inline sender owns the socket right now
@@ -467,7 +187,7 @@ void Transport::writer_loop(Conn& c) {
           err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
                            sent_progress(c));
         if (err.empty() && !abort_reason.empty()) {
-          FrameHeader ah = ctrl_frame(FrameType::kAbort, 0, uint64_t(abort_kind),
+          FrameHeader ah = control_frame(FrameType::kAbort, 0, uint64_t(abort_kind),
                                       uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
           err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
         }
@@ -487,8 +207,7 @@ void Transport::writer_loop(Conn& c) {
         break;
       }
     }
-    release_fd_locked(c, fd);
-  }
+  });
 }
 
 // ---- reader ----------------------------------------------------------------
@@ -496,15 +215,7 @@ void Transport::writer_loop(Conn& c) {
 void Transport::reader_loop(Conn& c) {
   Peer& p = *peers_[c.peer];
   std::vector<char> scratch;
-  std::unique_lock<std::mutex> lk(mu_);
-  while (!stopping_) {
-    if (!is_connected(c.state)) {
-      p.cv.wait_for(lk, std::chrono::milliseconds(20));
-      continue;
-    }
-    const uint64_t epoch = c.epoch.load();
-    const int fd = c.fd;
-    use_fd_locked(c, fd);
+  serve_connection(c, [&](std::unique_lock<std::mutex>& lk, uint64_t epoch, int fd) {
     lk.unlock();
     auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
     auto progress = [&] { c.last_rx_ns.store(now_ns()); };
@@ -534,7 +245,7 @@ void Transport::reader_loop(Conn& c) {
           if (sent - c.last_echoed_ns < kEchoEveryNs && sent >= c.last_echoed_ns) break;
           std::lock_guard<std::mutex> g(mu_);
           c.last_echoed_ns = sent;
-          if (c.epoch.load() == epoch) c.ctrl.push_back(ctrl_frame(FrameType::kHeartbeatEcho, 0, h.offset));
+          if (c.epoch.load() == epoch) c.ctrl.push_back(control_frame(FrameType::kHeartbeatEcho, 0, h.offset));
           p.cv.notify_all();
           break;
         }
@@ -580,8 +291,7 @@ void Transport::reader_loop(Conn& c) {
     if (!err.empty() && err != "stopped")
       fail_conn_locked(c, epoch, "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
                                      " failed: " + err);
-    release_fd_locked(c, fd);
-  }
+  });
 }
 
 std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch) {
@@ -690,11 +400,6 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
     if (m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
   }
   return err;
-}
-
-void Transport::release_reader_locked(Peer& p, InMsg& m) {
-  // The message is finished only when no reader can still write into its buffer.
-  if (--m.active_readers == 0 && m.known && m.nrecv == m.nchunks && !m.done) finish_in_locked(p, m);
 }
 
 }  // namespace r2cc

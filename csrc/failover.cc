@@ -1,0 +1,113 @@
+// Acting on a failed rail (the detector in detector.cc and the I/O loops decide that it
+// failed): its un-acknowledged chunks go back to the peer's queue for the surviving rails, a
+// rail gone quiet is set aside (suspect) while the others carry on, and a peer that said
+// goodbye is closed.
+//
+// Contract: every function here runs under the transport lock and never blocks. After
+// fail_conn_locked no byte of a re-queued chunk can leave through the old socket (it is shut
+// down first), so a chunk is never written on two sockets of one rail. Re-sent chunks and
+// failovers are counted in the rail's stats and the transport's counters.
+#include <sys/socket.h>
+
+#include "net.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+bool Transport::peer_has_link_locked(const Peer& p) const {
+  for (auto& c : p.conns)
+    if (is_connected(c->state)) return true;
+  return false;
+}
+
+bool Transport::peer_has_path_locked(const Peer& p) const {
+  for (auto& c : p.conns)
+    if (is_connected(c->state) && !c->suspect) return true;
+  return false;
+}
+
+void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now) {
+  Peer& p = *peers_[c.peer];
+  c.st.failovers++;
+  counters_.failovers++;
+  c.st.last_error = reason;
+  c.st.last_error_time = unix_now();
+  c.st.last_detect_s = double(now - c.last_rx_ns.load()) * 1e-9;
+  // Un-acknowledged chunks go back to the front of the queue, in order, for the
+  // surviving rails; the receiver ignores whichever copy arrives second.
+  for (auto it = c.inflight.rbegin(); it != c.inflight.rend(); ++it) {
+    auto m = p.out.find(it->first);
+    if (m == p.out.end() || m->second->acked[it->second]) continue;
+    OutMsg& msg = *m->second;
+    // A hedged message whose other copy travels on another rail needs no re-send.
+    if (msg.hedge_rail == c.rail) {
+      msg.hedge_rail = -1;
+      continue;
+    }
+    if (msg.hedge_rail >= 0 && msg.on_rail[it->second] == c.rail) {
+      msg.on_rail[it->second] = msg.hedge_rail;
+      msg.hedge_rail = -1;
+      continue;
+    }
+    msg.on_rail[it->second] = -1;
+    p.queue.push_front(Chunk{m->second, it->second});  // the shared_ptr, not the alias
+    const size_t bytes = msg.chunk_len(it->second);
+    c.st.chunks_resent++;
+    c.st.bytes_resent += bytes;
+    counters_.chunks_resent++;
+    counters_.bytes_resent += bytes;
+  }
+  c.inflight.clear();
+  if (c.busy_since_ns) c.busy_ns += now - c.busy_since_ns;
+  c.busy_since_ns = 0;
+  c.inflight_bytes = 0;
+  for (auto& a : c.acks_carried) p.acks.push_back(a.second);  // they may be stuck in its buffers
+  c.acks_carried.clear();
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+void Transport::suspect_conn_locked(Conn& c, const std::string& reason) {
+  if (c.suspect || !is_connected(c.state)) return;
+  c.suspect = true;
+  requeue_inflight_locked(c, reason, now_ns());
+}
+
+void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason) {
+  if (c.epoch.load() != epoch || !is_connected(c.state)) return;
+  // Shut the socket down before re-queueing: after this no byte of a re-queued
+  // chunk can still leave through the dead connection.
+  ::shutdown(c.fd, SHUT_RDWR);
+  Peer& p = *peers_[c.peer];
+  c.state = RailState::kDown;
+  c.epoch++;  // the reader/writer of the old socket stand down
+  const int64_t now = now_ns();
+  c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
+  if (c.suspect) {  // already counted and re-queued when it fell silent
+    c.st.last_error = reason;
+    c.st.last_error_time = unix_now();
+  } else {
+    requeue_inflight_locked(c, reason, now);
+  }
+  c.suspect = false;
+  if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+void Transport::peer_closed_locked(Peer& p) {
+  p.closed = true;
+  p.no_link_since_ns = 0;
+  for (auto& c : p.conns) {
+    if (!is_connected(c->state)) continue;
+    ::shutdown(c->fd, SHUT_RDWR);
+    c->state = RailState::kDown;
+    c->epoch++;
+    c->st.last_error = "rank " + std::to_string(p.rank) + " closed its communicator";
+    c->st.last_error_time = unix_now();
+  }
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+}  // namespace r2cc

@@ -1,0 +1,215 @@
+// Connection set-up: listening and accepting, dialing (first connects and re-connects of
+// failed rails), the authenticated handshake, and installing a socket into its Conn.
+//
+// Contract: accept_loop and connector_loop run on their own threads until close(); a handshake
+// never blocks longer than kHandshakeTimeoutMs and never holds the transport lock while it
+// reads or writes. A failed handshake closes its socket and records why on the Conn
+// (last_error); it never fails the group. install() is the only way a socket enters a Conn.
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "net.h"
+#include "siphash.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+namespace {
+
+void random_nonce(uint8_t out[16]) {
+  std::random_device rd;
+  for (int i = 0; i < 16; i += 4) {
+    uint32_t v = rd();
+    std::memcpy(out + i, &v, 4);
+  }
+}
+
+uint64_t handshake_mac(const uint8_t key[16], char side, const uint8_t nonce[16], uint32_t rank, uint32_t rail) {
+  uint8_t buf[1 + 16 + 4 + 4];
+  buf[0] = uint8_t(side);
+  std::memcpy(buf + 1, nonce, 16);
+  std::memcpy(buf + 17, &rank, 4);
+  std::memcpy(buf + 21, &rail, 4);
+  return siphash24(key, buf, sizeof(buf));
+}
+
+constexpr int kHandshakeTimeoutMs = 1000;
+
+}  // namespace
+
+// ---- accepting side --------------------------------------------------------
+
+void Transport::accept_loop(int rail) {
+  const int lfd = listen_fds_[rail];
+  while (!stopping_) {
+    pollfd p{lfd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    tune_socket(fd);
+    // A slow or hostile client must not hold up the accept loop.
+    handshakes_active_++;
+    std::thread([this, fd, rail] {
+      handshake_incoming(fd, rail);
+      handshakes_active_--;
+    }).detach();
+  }
+}
+
+void Transport::handshake_incoming(int fd, int rail) {
+  auto stop = [this] { return stopping_.load(); };
+  const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
+  auto timed_stop = [&] { return stop() || now_ns() > deadline; };
+  HelloListener hl{kFrameMagic, kProtocolVersion, {}};
+  random_nonce(hl.nonce);
+  HelloConnector hc{};
+  bool ok = write_full(fd, &hl, sizeof(hl), 20, timed_stop).empty() &&
+            read_full(fd, &hc, sizeof(hc), 20, timed_stop).empty() && hc.magic == kFrameMagic &&
+            hc.version == kProtocolVersion && hc.group_hash == group_hash_ && int(hc.rank) < world_ &&
+            int(hc.rank) > rank_ && int(hc.rail) == rail &&
+            hc.mac == handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
+  if (!ok) {
+    std::lock_guard<std::mutex> g(mu_);
+    counters_.rejected_handshakes++;
+    ::close(fd);
+    return;
+  }
+  HelloReply rep{uint32_t(HelloStatus::kOk), uint32_t(rank_), handshake_mac(key_, 'L', hc.nonce, rank_, rail)};
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (rail_held_[rail] || stopping_ || peers_[hc.rank]->closed) rep.status = uint32_t(HelloStatus::kRailHeld);
+  }
+  if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).empty() || rep.status != uint32_t(HelloStatus::kOk)) {
+    ::close(fd);
+    return;
+  }
+  install(*peers_[hc.rank]->conns[rail], fd);
+}
+
+// ---- connecting side -------------------------------------------------------
+
+void Transport::connector_loop() {
+  try {
+    enter_netns_forever(netns_);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    set_error_locked(ErrorKind::kAborted, e.what());
+    return;
+  }
+  while (!stopping_) {
+    std::vector<Conn*> todo;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      const int64_t now = now_ns();
+      for (auto& p : peers_)
+        for (auto& c : p->conns)
+          if (c->we_connect && !p->closed && !is_connected(c->state) && !rail_held_[c->rail] &&
+              (c->state == RailState::kConnecting || now - c->last_probe_ns >= int64_t(opt_.probe_interval_ms) * 1000000))
+            todo.push_back(c.get());
+    }
+    for (Conn* c : todo) {
+      if (stopping_) break;
+      try_connect(*c);
+    }
+    // Short sleep: the first connects of a group race the peers' listeners.
+    struct timespec ts{0, 10 * 1000000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+bool Transport::try_connect(Conn& c) {
+  std::string local_ip = rail_ips_[c.rail];
+  std::string ip;
+  int port;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    c.last_probe_ns = now_ns();
+    ip = peer_addrs_[c.peer][c.rail].first;
+    port = peer_addrs_[c.peer][c.rail].second;
+  }
+  std::string err;
+  int fd = connect_to(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
+  auto note = [&](const std::string& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (c.state == RailState::kRecovering) c.state = RailState::kDown;
+    if (c.state != RailState::kConnecting) {
+      c.st.last_error = "reconnect: " + e;
+      c.st.last_error_time = unix_now();
+    } else {
+      c.st.last_error = e;
+    }
+  };
+  if (fd < 0) {
+    note(err);
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (c.state == RailState::kDown) c.state = RailState::kRecovering;
+  }
+  const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
+  auto timed_stop = [&] { return stopping_.load() || now_ns() > deadline; };
+  HelloListener hl{};
+  if (!read_full(fd, &hl, sizeof(hl), 20, timed_stop).empty() || hl.magic != kFrameMagic ||
+      hl.version != kProtocolVersion) {
+    ::close(fd);
+    note("handshake: no valid greeting from rank " + std::to_string(c.peer));
+    return false;
+  }
+  HelloConnector hc{kFrameMagic, kProtocolVersion, group_hash_, uint32_t(rank_), uint32_t(c.rail), {}, 0};
+  random_nonce(hc.nonce);
+  hc.mac = handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
+  HelloReply rep{};
+  if (!write_full(fd, &hc, sizeof(hc), 20, timed_stop).empty() ||
+      !read_full(fd, &rep, sizeof(rep), 20, timed_stop).empty()) {
+    ::close(fd);
+    note("handshake with rank " + std::to_string(c.peer) + " failed (wrong group secret or peer restarting)");
+    return false;
+  }
+  if (rep.status != uint32_t(HelloStatus::kOk) || int(rep.rank) != c.peer ||
+      rep.mac != handshake_mac(key_, 'L', hc.nonce, uint32_t(c.peer), uint32_t(c.rail))) {
+    ::close(fd);
+    note(rep.status == uint32_t(HelloStatus::kRailHeld) ? "peer holds this rail out (operator failover)"
+                                                         : "peer failed authentication");
+    return false;
+  }
+  install(c, fd);
+  return true;
+}
+
+void Transport::install(Conn& c, int fd) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopping_) {
+    ::close(fd);
+    return;
+  }
+  if (is_connected(c.state)) fail_conn_locked(c, c.epoch.load(), "replaced by a new connection from rank " + std::to_string(c.peer));
+  if (c.fd >= 0 && c.fd_users[c.fd] == 0) {
+    ::close(c.fd);
+    c.fd_users.erase(c.fd);
+  }
+  const bool first = c.state == RailState::kConnecting;
+  c.fd = fd;
+  c.epoch++;
+  c.state = rail_drained_[c.rail] ? RailState::kDrained : RailState::kUp;
+  c.peer_drained = false;
+  c.ctrl.clear();
+  c.last_rx_ns = now_ns();
+  c.last_tx_ns = 0;
+  c.tx_resume_ns = now_ns();
+  c.path_dead = false;
+  if (!first) c.st.reconnects++;
+  if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
+  Peer& p = *peers_[c.peer];
+  p.no_link_since_ns = 0;
+  p.cv.notify_all();
+  done_cv_.notify_all();
+}
+
+}  // namespace r2cc

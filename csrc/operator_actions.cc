@@ -1,0 +1,140 @@
+// Operator actions on a rail of this rank (drain, undrain, failover, restore), the test
+// fault injector, and the statistics the admin API shows.
+//
+// Contract: each action is atomic under the transport lock and returns without waiting for
+// the wire (frames to the peers go out on the rails' writers); a refused action
+// (LastRailError, out_of_range) changes nothing. Stats are copies taken under the lock.
+#include <algorithm>
+#include <stdexcept>
+
+#include "net.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+void Transport::check_rail(int rail) const {
+  if (rail < 0 || rail >= num_rails())
+    throw std::out_of_range("r2cc: no rail " + std::to_string(rail) + "; this group has rails 0.." +
+                            std::to_string(num_rails() - 1));
+}
+
+void Transport::check_last_rail_locked(int rail, const char* action) const {
+  // Healthy = takes new chunks: connected, not suspect, drained by neither side, not held.
+  const int primaries = num_rails() - opt_.fallback_rails;
+  if (rail >= primaries) return;  // a fallback rail is never the last healthy one
+  for (auto& p : peers_) {
+    if (p->rank == rank_ || p->closed) continue;
+    bool other = false;
+    for (int r = 0; r < primaries && !other; ++r) {
+      const Conn& c = *p->conns[r];
+      other = r != rail && c.state == RailState::kUp && !c.suspect && !c.peer_drained && !rail_held_[r];
+    }
+    if (!other)
+      throw LastRailError("r2cc: rail" + std::to_string(rail) + " is the last healthy rail from rank " +
+                          std::to_string(rank_) + " to rank " + std::to_string(p->rank) + "; " + action +
+                          " it with force if you mean it (traffic then moves to drained or fallback rails)");
+  }
+}
+
+std::vector<std::pair<Transport::Peer*, Transport::Conn*>> Transport::conns_on_rail_locked(int rail) const {
+  std::vector<std::pair<Peer*, Conn*>> out;
+  for (auto& p : peers_)
+    if (p->rank != rank_) out.emplace_back(p.get(), p->conns[size_t(rail)].get());
+  return out;
+}
+
+void Transport::set_rail_drained_locked(int rail, bool drained) {
+  // Connected rails change state at once and tell the peer; a rail that connects later
+  // learns it at install (rail_drained_).
+  rail_drained_[rail] = drained;
+  for (auto [p, c] : conns_on_rail_locked(rail)) {
+    if (!is_connected(c->state)) continue;
+    if (drained) c->state = c->inflight.empty() ? RailState::kDrained : RailState::kDraining;
+    else c->state = c->peer_drained ? RailState::kDrained : RailState::kUp;
+    c->ctrl.push_back(control_frame(drained ? FrameType::kDrain : FrameType::kUndrain));
+    p->cv.notify_all();
+  }
+}
+
+void Transport::drain_rail(int rail, bool force) {
+  check_rail(rail);
+  std::lock_guard<std::mutex> g(mu_);
+  if (!force) check_last_rail_locked(rail, "drain");
+  set_rail_drained_locked(rail, true);
+}
+
+void Transport::undrain_rail(int rail) {
+  check_rail(rail);
+  std::lock_guard<std::mutex> g(mu_);
+  set_rail_drained_locked(rail, false);
+}
+
+void Transport::failover_rail(int rail, bool force) {
+  check_rail(rail);
+  std::lock_guard<std::mutex> g(mu_);
+  if (!force) check_last_rail_locked(rail, "fail over");
+  rail_held_[rail] = true;
+  for (auto [p, c] : conns_on_rail_locked(rail)) fail_conn_locked(*c, c->epoch.load(), "operator failover");
+}
+
+void Transport::inject_failure(int peer, int rail, int64_t chunks) {
+  if (peer < 0 || peer >= world_ || peer == rank_ || rail < 0 || rail >= num_rails())
+    throw std::out_of_range("r2cc: no connection to rank " + std::to_string(peer) + " on rail " + std::to_string(rail));
+  std::lock_guard<std::mutex> g(mu_);
+  peers_[peer]->conns[rail]->fail_after_chunks = chunks;
+}
+
+void Transport::restore_rail(int rail) {
+  check_rail(rail);
+  std::lock_guard<std::mutex> g(mu_);
+  rail_held_[rail] = false;
+  for (auto [p, c] : conns_on_rail_locked(rail)) c->last_probe_ns = 0;  // probe at once
+}
+
+// ---- stats -------------------------------------------------------------------
+
+std::vector<ConnStats> Transport::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<ConnStats> out;
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    for (auto& c : p->conns) {
+      ConnStats s = c->st;
+      // After an abort no rail carries the group's data, whatever its socket says.
+      s.state = aborted_ ? "aborted" : c->suspect ? "down" : rail_state_name(c->state);
+      s.held = rail_held_[c->rail];
+      s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
+      s.inflight_bytes = c->inflight_bytes;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+std::vector<PeerStats> Transport::peer_stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now = now_ns();
+  std::vector<PeerStats> out;
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    PeerStats s;
+    s.peer = p->rank;
+    s.stalled = p->stalled_since_ns != 0;
+    s.stalled_for_s = s.stalled ? double(now - p->stalled_since_ns) * 1e-9 : 0;
+    s.stalls = p->stalls;
+    s.last_stall_s = p->last_stall_s;
+    int64_t heard = 0;
+    for (auto& c : p->conns) heard = std::max(heard, c->last_rx_ns.load());
+    s.silent_s = heard ? double(now - heard) * 1e-9 : 0;
+    s.has_path = peer_has_path_locked(*p);
+    out.push_back(s);
+  }
+  return out;
+}
+
+Counters Transport::counters() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return counters_;
+}
+
+}  // namespace r2cc

@@ -1,0 +1,311 @@
+// The caller's side of the data path: starting a call, posting sends and receives (a
+// one-chunk send goes out from the posting thread), waiting for them, and the acknowledgement
+// book-keeping that completes them.
+//
+// Contract: post_* never block (an inline send writes one chunk to an idle socket); wait_ops
+// blocks with the transport lock released while asleep, and always ends: done, the group's
+// error, or a verdict of the detector (check_wait_locked). A sent buffer belongs to the
+// transport until its op is done; a received chunk is written at its offset straight into
+// the caller's buffer (or a stash when it came before the receive was posted).
+#include <algorithm>
+#include <cstring>
+
+#include "net.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+void Transport::begin_call(const CallDesc& d) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!error_.empty()) throw_error_locked();
+  call_desc_ = d;
+  cur_seq_ = d.is_p2p() ? kP2PSeq : ++call_seq_;
+  // A peer may be a call ahead: its messages for this call may already wait here.
+  if (!d.is_p2p())
+    for (auto& p : peers_)
+      for (auto& [seq, m] : p->in)
+        if (m->known && !m->posted && m->sent_seq == cur_seq_) check_call_locked(*p, *m);
+  if (!error_.empty()) throw_error_locked();
+}
+
+void Transport::check_call_locked(Peer& p, const InMsg& m) {
+  // The sender's call (from the message's first frame) against the receiving call: the
+  // posted receive's, else this rank's current collective when it has the same number.
+  uint64_t seq = 0;
+  CallDesc mine;
+  if (m.posted) {
+    seq = m.want_seq;
+    mine = CallDesc::unpack(m.want_desc);
+  } else if (m.sent_seq != kP2PSeq && m.sent_seq == cur_seq_) {
+    seq = cur_seq_;
+    mine = call_desc_;
+  } else {
+    return;
+  }
+  const CallDesc theirs = CallDesc::unpack(m.sent_desc);
+  if (calls_match(m.sent_seq, theirs, seq, mine)) return;
+  // Lower rank first: two ranks that each catch the mismatch word it identically.
+  std::string a = "rank " + std::to_string(p.rank) + " called " + describe_call(m.sent_seq, theirs);
+  std::string b = "rank " + std::to_string(rank_) + " called " + describe_call(seq, mine);
+  if (p.rank > rank_) std::swap(a, b);
+  set_error_locked(ErrorKind::kCallMismatch,
+                   "r2cc: the ranks called different collectives: " + a + ", " + b +
+                       ". Every rank must make the same calls in the same order with the same op, dtype, shape and "
+                       "root; the group is aborted on all ranks.");
+}
+
+void Transport::check_peer(int peer) const {
+  if (peer < 0 || peer >= world_ || peer == rank_)
+    throw std::invalid_argument("r2cc: rank " + std::to_string(rank_) + " cannot exchange data with rank " +
+                                std::to_string(peer) + " (group of " + std::to_string(world_) + ")");
+}
+
+Op Transport::post_send(int peer, const void* buf, size_t len) {
+  check_peer(peer);
+  Op op;
+  op.done_at_post = len == 0;  // nothing to move; both sides skip it alike
+  if (len == 0) return op;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!error_.empty()) throw_error_locked();
+  Peer& p = *peers_[peer];
+  auto m = std::make_shared<OutMsg>();
+  m->peer = peer;
+  m->seq = p.next_send_seq++;
+  m->call_seq = cur_seq_;
+  m->call_desc = call_desc_.pack();
+  m->len = len;
+  m->chunk = chunk_size_for(len, opt_.chunk_bytes, num_rails());
+  m->nchunks = num_chunks(len, m->chunk);
+  m->acked.assign(m->nchunks, 0);
+  m->on_rail.assign(m->nchunks, -1);
+  if (len <= opt_.small_msg_bytes) {
+    m->owned.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + len);
+    m->data = m->owned.data();
+    op.done_at_post = true;
+  } else {
+    m->data = static_cast<const char*>(buf);
+  }
+  p.out[m->seq] = m;
+  op.out = m;
+  // A one-chunk message goes out from this thread when a rail is idle: saves a
+  // thread wake-up, which is most of a small message's latency.
+  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk)) {
+    // A small message also goes out on a second rail: if the first one dies, the
+    // copy is already on its way and nobody waits for the failure to be detected.
+    // (Only copied messages: their bytes stay valid however long the copy takes.)
+    if (len <= opt_.hedge_bytes && !m->owned.empty() && m->on_rail[0] >= 0 && !m->done)
+      try_send_inline(p, Chunk{m, 0}, lk, true);
+    return op;
+  }
+  for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
+  p.cv.notify_all();
+  return op;
+}
+
+void Transport::finish_chunk_write_locked(const Chunk& chunk) {
+  if (--chunk.msg->active_writers == 0 && chunk.msg->done) done_cv_.notify_all();
+}
+
+bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge) {
+  const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
+  Conn* best = nullptr;
+  for (auto& c : p.conns)
+    if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
+        c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
+        (!best || c->inflight_bytes < best->inflight_bytes))
+      best = c.get();
+  if (!best) return false;
+  Conn& c = *best;
+  const uint64_t epoch = c.epoch.load();
+  const int fd = c.fd;
+  const int64_t now = now_ns();
+  // Acks owed to this peer ride along: no writer wake-up, no extra segment.
+  std::vector<FrameHeader> frames;
+  take_acks_locked(c, p, frames, now);
+  frames.push_back(start_chunk_locked(c, chunk, now, hedge));
+  c.writing = true;
+  use_fd_locked(c, fd);
+  lk.unlock();
+  auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
+  std::string err = write_chunk(c, fd, frames, chunk, stale);
+  lk.lock();
+  c.writing = false;
+  finish_chunk_write_locked(chunk);
+  release_fd_locked(c, fd);
+  if (!err.empty())
+    fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
+                                   " failed: " + err);
+  // Wake this peer's writers only when one may have work that waited for the socket.
+  if (!err.empty() || !p.queue.empty() || !c.ctrl.empty() || !c.ctrl_abort.empty()) p.cv.notify_all();
+  return true;
+}
+
+Op Transport::post_recv(int peer, void* buf, size_t len) {
+  check_peer(peer);
+  Op op;
+  op.done_at_post = len == 0;
+  if (len == 0) return op;
+  std::lock_guard<std::mutex> g(mu_);
+  if (!error_.empty()) throw_error_locked();
+  Peer& p = *peers_[peer];
+  const uint64_t seq = p.next_recv_seq++;
+  auto it = p.in.find(seq);
+  std::shared_ptr<InMsg> m;
+  if (it != p.in.end()) {  // chunks arrived before the receive was posted
+    m = it->second;
+    m->posted = true;
+    m->want_seq = cur_seq_;
+    m->want_desc = call_desc_.pack();
+    if (m->known) check_call_locked(p, *m);
+    if (error_.empty() && m->len != len)
+      set_error_locked(ErrorKind::kCallMismatch, "r2cc: rank " + std::to_string(peer) + " sent " +
+                                                     std::to_string(m->len) + " bytes but rank " + std::to_string(rank_) +
+                                                     " expected " + std::to_string(len) +
+                                                     " (the ranks called different collectives or shapes)");
+    if (!error_.empty()) throw_error_locked();
+    m->user = static_cast<char*>(buf);
+    if (m->known && m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
+  } else {
+    m = std::make_shared<InMsg>();
+    m->peer = peer;
+    m->seq = seq;
+    m->len = len;
+    m->posted = true;
+    m->want_seq = cur_seq_;
+    m->want_desc = call_desc_.pack();
+    m->user = m->data = static_cast<char*>(buf);
+    p.in[seq] = m;
+  }
+  op.in = m;
+  return op;
+}
+
+namespace {
+bool op_done_locked(const Op& op) {
+  return op.done_at_post || (op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done);
+}
+int op_peer(const Op& op) { return op.out ? op.out->peer : op.in->peer; }
+}  // namespace
+
+void Transport::wait(const Op& op) {
+  if (op.done_at_post) return;
+  wait_ops(&op, 1, nullptr);
+}
+
+std::vector<size_t> Transport::wait_some(const std::vector<Op>& ops) {
+  if (ops.empty()) throw std::invalid_argument("r2cc: wait_some needs at least one op");
+  std::vector<size_t> done;
+  wait_ops(ops.data(), ops.size(), &done);
+  return done;
+}
+
+void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
+  const int64_t start = now_ns();
+  const int64_t deadline = start + int64_t(opt_.op_timeout_s * 1e9);
+  // What this wait depends on, per peer (bit 0: a receive, bit 1: a send): the path checks run
+  // once per peer and wake-up, not once per op (an executor may wait on hundreds).
+  std::vector<uint8_t> waits_on(size_t(world_), 0);
+  for (size_t i = 0; i < n; ++i) waits_on[size_t(op_peer(ops[i]))] |= ops[i].out ? 2 : 1;
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    bool any = false;
+    for (size_t i = 0; i < n; ++i)
+      if (op_done_locked(ops[i])) {
+        any = true;
+        if (done) done->push_back(i);
+      }
+    if (any) return;
+    // Nothing done yet. Stalled peers first, so a timeout names the stalled one.
+    for (int pass = 0; pass < 2 && error_.empty(); ++pass)
+      for (int peer = 0; peer < world_ && error_.empty(); ++peer) {
+        const uint8_t w = waits_on[size_t(peer)];
+        if (!w || (peers_[peer]->stalled_since_ns != 0) != (pass == 0)) continue;
+        if (peers_[peer]->closed)
+          throw AbortedError(ErrorKind::kPeerGone,
+                             "r2cc: rank " + std::to_string(peer) + " closed its communicator while rank " +
+                                 std::to_string(rank_) + " still " + (w & 2 ? "sent to" : "expected data from") +
+                                 " it (the ranks ran different sequences of collectives)");
+        check_wait_locked(peer, w & 2, start, deadline);
+      }
+    if (!error_.empty()) {
+      // The caller frees its buffers once this throws: first let any thread still inside
+      // one of them step out (they stop within one poll interval after the abort).
+      const int64_t until = now_ns() + 200000000LL;
+      auto busy = [&] {
+        for (size_t i = 0; i < n; ++i)
+          if ((ops[i].in && ops[i].in->active_readers > 0) || (ops[i].out && ops[i].out->active_writers > 0))
+            return true;
+        return false;
+      };
+      while (busy() && now_ns() < until) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
+      throw_error_locked();
+    }
+    done_cv_.wait_for(lk, std::chrono::milliseconds(50));
+  }
+}
+
+// ---- acknowledgements --------------------------------------------------------------
+
+void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent) {
+  p.acks.push_back(AckItem{seq, idx, all});
+  // Acks of small chunks ride on the next write or heartbeat (<= heartbeat_ms):
+  // their sender does not wait for them, and waking a writer per tiny message
+  // costs more than the message. Large chunks free window space: ack at once.
+  if (urgent) p.cv.notify_one();
+}
+
+void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
+  auto it = p.out.find(seq);
+  if (it == p.out.end()) return;  // duplicate ack of a finished message
+  OutMsg& m = *it->second;
+  const size_t lo = all ? 0 : idx, hi = all ? m.nchunks : std::min<size_t>(idx + 1, m.nchunks);
+  const int64_t now = now_ns();
+  for (size_t i = lo; i < hi; ++i) {
+    if (m.acked[i]) continue;
+    m.acked[i] = 1;
+    m.nacked++;
+    if (m.on_rail[i] >= 0) forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
+    m.on_rail[i] = -1;
+  }
+  if (m.hedge_rail >= 0 && m.nacked == m.nchunks) {
+    forget_inflight_locked(p, m.hedge_rail, seq, 0, m.chunk_len(0), now);
+    m.hedge_rail = -1;
+  }
+  if (m.nacked == m.nchunks) {
+    m.done = true;
+    p.out.erase(it);
+    done_cv_.notify_all();
+  }
+  // Freed window space matters only to writers with chunks waiting.
+  if (!p.queue.empty()) p.cv.notify_all();
+}
+
+void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {
+  Conn& c = *p.conns[rail];
+  auto f = std::find(c.inflight.begin(), c.inflight.end(), std::make_pair(seq, idx));
+  if (f == c.inflight.end()) return;
+  c.inflight.erase(f);
+  c.inflight_bytes -= bytes;
+  c.acked_bytes += bytes;
+  if (c.inflight.empty()) {
+    c.busy_ns += now - c.busy_since_ns;
+    c.busy_since_ns = 0;
+    if (c.state == RailState::kDraining) c.state = RailState::kDrained;
+  }
+}
+
+void Transport::finish_in_locked(Peer& p, InMsg& m) {
+  if (!p.is_done(m.seq)) p.mark_done(m.seq);
+  if (!m.posted) return;  // complete in the stash; post_recv copies it out
+  if (m.data != m.user) std::memcpy(m.user, m.data, m.len);
+  m.done = true;
+  p.in.erase(m.seq);
+  done_cv_.notify_all();
+}
+
+void Transport::release_reader_locked(Peer& p, InMsg& m) {
+  // The message is finished only when no reader can still write into its buffer.
+  if (--m.active_readers == 0 && m.known && m.nrecv == m.nchunks && !m.done) finish_in_locked(p, m);
+}
+
+}  // namespace r2cc
