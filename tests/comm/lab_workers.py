@@ -39,22 +39,56 @@ def _totals(comm):
             "sent_by_rail": [sum(s["bytes_sent"] for s in st if s["rail"] == k) for k in range(comm.num_rails)]}
 
 
+def _in_process_fault(lab, host, rail, kind):
+    """apply() for a link-down or blackhole of host's end of rail, done in this process (an
+    `ip`/`nft` process start can take longer than the whole collective on a busy box), and close()."""
+    from r2cc_serve.lab.layout import Layout
+    from r2cc_serve.loadtest.linkops import LinkSwitch, NftInNamespaces, blackhole_script
+
+    layout = Layout(lab.prefix, lab.hosts, lab.rails)
+    ns, dev = layout.link_ends(host, rail)[0]
+    if kind == "down":
+        links = LinkSwitch([ns])
+        return (lambda: links.set_up(ns, dev, False)), links.close
+    nft = NftInNamespaces([ns])
+    script = blackhole_script(layout, rail, on=True)
+    return (lambda: nft.run(ns, script)), nft.close
+
+
+def _fault_while_in_flight(comm, apply, at_s, call_done, out):
+    """`at_s` into the call, as soon as rail 1 holds chunks the peer has not acknowledged, apply():
+    the fault then surely catches data on the wire, whatever the machine's load."""
+    time.sleep(at_s)
+    while not call_done.is_set():
+        if any(s["rail"] == 1 and s["inflight_bytes"] > 0 for s in comm.rail_stats()):
+            apply()
+            out["inflight_at_fault"] = True
+            return
+        time.sleep(0.0005)
+    out["inflight_at_fault"] = False
+
+
 def fault_mid_collective(rank, world, store, kind, n, at_s):
-    """A fault on host 0 rail 1 `at_s` into an all_reduce of n floats: result bit-exact."""
+    """A fault on host 0 rail 1 while it carries chunks of an all_reduce of n floats: result bit-exact."""
     lab, comm = lab_comm(rank, world, store)
     try:
         inputs = [make_input(r, n, torch.float32) for r in range(world)]
         want = reference_reduce(inputs, "sum")
         comm.all_reduce(inputs[rank].clone())
+        apply, close_fault = _in_process_fault(lab, 0, 1, kind) if rank == 0 else (None, None)
+        call_done, fault = threading.Event(), {}
         _barrier(store, "go", rank, world)
-        timer = threading.Timer(at_s, lab.fault, (0, 1, kind)) if rank == 0 else None
+        timer = threading.Thread(target=_fault_while_in_flight, args=(comm, apply, at_s, call_done, fault)) \
+            if rank == 0 else None
         if timer:
             timer.start()
         t0 = time.perf_counter()
         got = comm.all_reduce(inputs[rank].clone())
         took = time.perf_counter() - t0
+        call_done.set()
         if timer:
             timer.join()
+            close_fault()
         during = _totals(comm)
         _barrier(store, "measured", rank, world)
         if rank == 0:
@@ -67,7 +101,7 @@ def fault_mid_collective(rank, world, store, kind, n, at_s):
         before = _totals(comm)["sent_by_rail"][1]
         after = comm.all_reduce(inputs[rank].clone())
         return {"exact": bits_equal(got, want), "exact_after": bits_equal(after, want), "took": took,
-                "during": during, "final_states": _totals(comm)["states"],
+                "during": during, "final_states": _totals(comm)["states"], **fault,
                 "rail1_bytes_after": _totals(comm)["sent_by_rail"][1] - before}
     finally:
         _barrier(store, "end", rank, world)

@@ -32,9 +32,11 @@ def lab():
 
 @pytest.mark.parametrize("kind", ["down", "blackhole"])
 def test_fault_mid_collective_is_bit_exact_and_recovers(lab, kind):
-    # 64 MiB at 4 x 1 Gbit/s takes ~200 ms; the fault is asked for 30 ms in. (With 16 MiB,
-    # ~70 ms, a busy machine's slow `ip`/`nft` call sometimes landed it after the end.)
+    # 64 MiB at 4 x 1 Gbit/s takes ~200 ms. The fault lands 30 ms in, once rail 1 holds
+    # unacknowledged chunks, and in-process: an `ip`/`nft` process on a busy box sometimes
+    # landed it after rail 1's last chunk (a failover with nothing to re-send).
     res = run_ranks(lab_workers.fault_mid_collective, 2, kind, 16 << 20, 0.03, timeout=120)
+    assert res[0]["inflight_at_fault"], res[0]
     for r in res:
         assert r["exact"] and r["exact_after"], r
         assert r["during"]["failovers"] >= 1, r
