@@ -26,6 +26,8 @@ def register(sub) -> None:
                      help="YAML file(s), scenario name(s) from `r2cc loadtest list`, or `all`")
     run.add_argument("--quick", action="store_true", help="each scenario's small `quick:` variant (minutes)")
     run.add_argument("--out", help="results folder (default ./loadtest-results/<date-time>)")
+    run.add_argument("--backends", help="backends to run instead of the scenario's, comma-separated (r2cc, default)")
+    run.add_argument("--pairs", type=int, help="fault-free/faulted pairs of rounds (overrides the scenario's)")
     run.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"vLLM's port (default {DEFAULT_PORT})")
     run.add_argument("--lab-prefix", default=DEFAULT_LAB_PREFIX,
                      help=f"lab prefix (default {DEFAULT_LAB_PREFIX}); the lab is built and removed by the run")
@@ -69,6 +71,18 @@ def resolve(names: list[str]) -> list[str]:
     return paths
 
 
+def command_line_overrides(args) -> dict:
+    """--backends and --pairs as scenario overrides (checked by the scenario parser like the file)."""
+    out: dict = {}
+    if args.backends is not None:
+        out["deployment"] = {"backends": [b.strip() for b in args.backends.split(",") if b.strip()]}
+    if args.pairs is not None:
+        if args.pairs < 1:
+            raise UserError(f"--pairs {args.pairs}: give at least 1")
+        out["method"] = {"pairs": args.pairs}
+    return out
+
+
 def _preflight() -> None:
     if os.geteuid() != 0:
         raise UserError("load tests need root (the fault lab's namespaces, the fault daemon's priority)")
@@ -85,7 +99,8 @@ def _run(args) -> int:
     from r2cc_serve.loadtest.runner import run_scenario
     from r2cc_serve.loadtest.scenario import load_scenario
 
-    scenarios = [load_scenario(p, quick=args.quick) for p in resolve(args.scenarios)]  # all checked up front
+    overrides = command_line_overrides(args)
+    scenarios = [load_scenario(p, quick=args.quick, overrides=overrides) for p in resolve(args.scenarios)]  # checked up front
     _preflight()
     out = os.path.abspath(args.out or os.path.join("loadtest-results", time.strftime("%Y%m%d-%H%M%S")))
     os.makedirs(out, exist_ok=True)

@@ -102,8 +102,9 @@ class Scenario:
         return d
 
 
-def load_scenario(path: str, quick: bool = False) -> Scenario:
-    """Parse and check one scenario file; UserError on anything wrong, naming the file."""
+def load_scenario(path: str, quick: bool = False, overrides: dict | None = None) -> Scenario:
+    """Parse and check one scenario file; UserError on anything wrong, naming the file.
+    `overrides` (e.g. from the command line) merge in last, after the quick variant."""
     try:
         with open(path) as f:
             doc = yaml.safe_load(f)
@@ -112,16 +113,18 @@ def load_scenario(path: str, quick: bool = False) -> Scenario:
     except yaml.YAMLError as exc:
         raise UserError(f"{path} is not valid YAML: {exc}") from None
     with labelled(os.path.basename(path)):
-        return parse_scenario(doc, path, quick)
+        return parse_scenario(doc, path, quick, overrides)
 
 
-def parse_scenario(doc, path: str = "scenario.yaml", quick: bool = False) -> Scenario:
+def parse_scenario(doc, path: str = "scenario.yaml", quick: bool = False, overrides: dict | None = None) -> Scenario:
     doc = _mapping(doc, "the scenario")
     _no_unknown(doc, _TOP_KEYS, "the scenario")
     if quick:
         if "quick" not in doc:
             raise UserError("--quick needs a `quick:` section of overrides in the scenario")
         doc = merge(doc, _mapping(doc["quick"], "quick"))
+    if overrides:
+        doc = merge(doc, overrides)
     name = doc.get("name") or os.path.splitext(os.path.basename(path))[0]
     if not isinstance(name, str) or not re.match(r"^[a-z0-9][a-z0-9-]*$", name):
         raise UserError(f"name {name!r}: use lowercase letters, digits and dashes (it names the output folder)")

@@ -90,3 +90,23 @@ def test_a_local_dataset_is_found_beside_the_scenario(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({**BASE, "load": {"concurrency": 1, "requests": 1, "dataset": "prompts.jsonl"}}))
     assert load_scenario(str(f)).load.dataset == str(tmp_path / "prompts.jsonl")
+
+
+def test_command_line_backends_and_pairs_override_the_file():
+    import argparse
+
+    from r2cc_serve.loadtest.cli import command_line_overrides
+
+    path = os.path.join(scenario_dir(), "rail-down-restore.yaml")
+    args = argparse.Namespace(backends="r2cc", pairs=8)
+    s = load_scenario(path, overrides=command_line_overrides(args))
+    assert (s.backends, s.method.pairs) == (("r2cc",), 8)
+    quick = load_scenario(path, quick=True, overrides=command_line_overrides(argparse.Namespace(backends=None, pairs=2)))
+    assert (quick.method.pairs, quick.load.concurrency) == (2, 4)  # the rest of --quick stays
+    with pytest.raises(UserError, match="deployment.backends"):
+        load_scenario(path, overrides=command_line_overrides(argparse.Namespace(backends="gloo", pairs=None)))
+    with pytest.raises(UserError, match="--pairs 0"):
+        command_line_overrides(argparse.Namespace(backends=None, pairs=0))
+    drain = os.path.join(scenario_dir(), "drain-undrain.yaml")
+    with pytest.raises(UserError, match="admin API"):  # admin actions need r2cc
+        load_scenario(drain, overrides=command_line_overrides(argparse.Namespace(backends="default", pairs=None)))
