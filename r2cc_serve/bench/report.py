@@ -34,7 +34,7 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                       schedule: str | None = None) -> dict:
     """One results row from every rank's entry for one (size, group, r2cc schedule)."""
     row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "busbw_GBps": None,
-           "correct": False, "bit_exact": False, "error": _first_error(entries)}
+           "cpu_s_per_GB": None, "correct": False, "bit_exact": False, "error": _first_error(entries)}
     if schedule:
         row["schedule"] = schedule
     if row["error"] is not None:
@@ -49,6 +49,7 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
     correct = exact if canonical else all(e["close"] for e in entries)
     tx = np.sum(np.array([e["rail_tx_bytes"] for e in entries]), axis=0)
     row.update(p50_s=p50, p90_s=p90, busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
+               cpu_s_per_GB=cpu_seconds_per_GB(entries, size),
                correct=bool(correct), bit_exact=bool(exact), max_err=max(e["max_err"] for e in entries),
                rail_tx_share=[round(float(x) / max(1.0, float(tx.sum())), 3) for x in tx],
                resent_bytes=int(sum(e.get("resent_bytes", 0) for e in entries)),
@@ -118,6 +119,14 @@ def merge_reps(rows: list[dict]) -> dict:
     return out
 
 
+def cpu_seconds_per_GB(entries: list[dict], size: int) -> float | None:
+    """CPU seconds (user + system, every thread, from the OS) a rank spends per GB of its buffer
+    put through the op, averaged over the ranks; None for results from before it was measured."""
+    per_rank = [e["cpu_s"] / (len(e["times"]) * size / 1e9) for e in entries
+                if e.get("cpu_s") is not None and e["times"] and size]
+    return float(np.mean(per_rank)) if per_rank and len(per_rank) == len(entries) else None
+
+
 def _median(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
@@ -154,13 +163,14 @@ def table(report: dict) -> str:
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
              + ("+dirty csrc" if build.get("csrc_dirty") else ""),
              f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'busbw GB/s':>10} "
-             f"{'correct':>8} {'p50/r2cc':>8}  rails tx share"]
+             f"{'CPU s/GB':>9} {'correct':>8} {'p50/r2cc':>8}  rails tx share"]
     for r in report["results"]:
         share = "/".join(f"{x * 100:.0f}" for x in r.get("rail_tx_share") or [])
         correct = ("exact" if r.get("bit_exact") else "yes") if r["correct"] else "NO"
         name = r["backend"] + (f":{r['schedule']}" if r.get("schedule") else "")
         lines.append(f"{name:14} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
-                     f"{_num(r['busbw_GBps'], '.3f'):>10} {correct:>8} {_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
+                     f"{_num(r['busbw_GBps'], '.3f'):>10} {_num(r.get('cpu_s_per_GB'), '.3g'):>9} {correct:>8} "
+                     f"{_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
                      + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
                      + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
                         if r.get("failovers") or r.get("resent_bytes") else ""))

@@ -196,8 +196,8 @@ class Worker:
                 for _ in range(warmup + (envs.get("R2CC_PLAN_TRIAL_CALLS") if k == "auto" else 0)):
                     runner.reset()
                     runner.run()
-            acc = {k: {"times": [], "starts": [], "tx": [0] * len(self.rails), "resent": 0, "failovers": 0}
-                   for k in schedules}
+            acc = {k: {"times": [], "starts": [], "cpu": 0.0, "tx": [0] * len(self.rails), "resent": 0,
+                       "failovers": 0} for k in schedules}
             for i in range(iters):
                 for k in schedules[i % len(schedules):] + schedules[:i % len(schedules)]:
                     a = acc[k]
@@ -206,9 +206,11 @@ class Worker:
                     b.barrier()
                     tx0, resent0, fo0 = rail_tx_bytes(self.rails), b.resent_bytes(), b.failovers()
                     a["starts"].append(time.time())
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     out = runner.run()
                     a["times"].append(time.perf_counter() - t0)
+                    # the OS's user + system time of every thread of this rank (library threads too)
+                    a["cpu"] += time.process_time() - c0
                     a["tx"] = [x + y - z for x, y, z in zip(a["tx"], rail_tx_bytes(self.rails), tx0)]
                     a["resent"] += b.resent_bytes() - resent0
                     a["failovers"] += b.failovers() - fo0
@@ -220,7 +222,7 @@ class Worker:
                 entry.update(resent_bytes=a["resent"], failovers=a["failovers"])
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()
-                entry.update(times=a["times"], starts=a["starts"], rail_tx_bytes=a["tx"],
+                entry.update(times=a["times"], starts=a["starts"], cpu_s=a["cpu"], rail_tx_bytes=a["tx"],
                              bit_exact=first[k][0] and last[k][0], close=first[k][1] and last[k][1],
                              max_err=max(first[k][2], last[k][2]), error=None)
                 if k:

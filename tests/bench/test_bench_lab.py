@@ -50,6 +50,7 @@ def check_report(rep, backends, sizes, hosts=2, rails=2):
         assert RESULT_KEYS <= set(r), r
         assert r["correct"] is True, r
         assert 0 < r["p50_s"] <= r["p90_s"] and r["busbw_GBps"] > 0
+        assert r["cpu_s_per_GB"] > 0, r  # every backend's ranks use some CPU to move bytes
         assert r["ratio_vs_r2cc"] > 0
         if r["backend"] == "r2cc":
             assert r["bit_exact"] and r["ratio_vs_r2cc"] == 1.0

@@ -80,6 +80,15 @@ def test_iteration_time_is_the_slowest_rank():
     assert rows[1]["ratio_vs_r2cc"] == 2.0
 
 
+def test_cpu_seconds_per_GB_averages_the_ranks():
+    a, b = _entry([1.0, 1.0]) | {"cpu_s": 0.5}, _entry([1.0, 1.0]) | {"cpu_s": 1.5}
+    row = report.summarize_measure("mpi", "all_reduce", 2, 10**9, [a, b])
+    assert row["cpu_s_per_GB"] == pytest.approx(0.5)  # (0.25 + 0.75) / 2 per GB of each rank's buffer
+    assert report.summarize_measure("mpi", "all_reduce", 2, 10**9, [a, _entry([1.0, 1.0])])["cpu_s_per_GB"] is None
+    assert "CPU s/GB" in report.table({"op": "all_reduce", "hosts": 2, "rails": 2, "rate": None, "mtu": 1500,
+                                       "iters": 2, "results": [row | {"ratio_vs_r2cc": 1.0}], "faults": []})
+
+
 def test_fault_row_extra_time_and_hit():
     entries = [{"completed": True, "elapsed_s": 0.5, "end": 10.0, "bit_exact": True, "resent_bytes": 7},
                {"completed": True, "elapsed_s": 0.6, "end": 10.1, "bit_exact": True, "resent_bytes": 1}]
