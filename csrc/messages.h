@@ -65,7 +65,9 @@ struct InMsg {
   // Per chunk: another rail's copy completed it, the reader holding the claim stands aside.
   std::unique_ptr<std::atomic<bool>[]> superseded;
   size_t nrecv = 0;
-  bool done = false;
+  // Set under the transport lock once the bytes are in the user's buffer; a spinning waiter
+  // reads it without the lock (then takes the lock before it returns).
+  std::atomic<bool> done{false};
   std::string error;
 };
 

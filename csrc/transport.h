@@ -48,6 +48,7 @@ struct PathInfo;  // net.h
 // hedge_bytes: one-chunk sends up to this size go out on two rails at once.
 // watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
 // fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
+// spin_us: a waiting caller polls its ops this long before it sleeps (less latency, more CPU).
 #define R2CC_TRANSPORT_OPTIONS(X)          \
   X(size_t, chunk_bytes, 256 * 1024)       \
   X(size_t, window_bytes, 1024 * 1024)     \
@@ -61,7 +62,8 @@ struct PathInfo;  // net.h
   X(size_t, small_msg_bytes, 64 * 1024)    \
   X(size_t, hedge_bytes, 16 * 1024)        \
   X(bool, watchdog_realtime, true)         \
-  X(int, fallback_rails, 0)
+  X(int, fallback_rails, 0)                \
+  X(int, spin_us, 0)
 
 struct TransportOptions {
 #define R2CC_OPTION_FIELD(type, name, value) type name = value;
@@ -251,6 +253,7 @@ class Transport {
   bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge = false);
   // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
   void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
+  void spin_until_any_done(const Op* ops, size_t n) const;  // lock free; up to spin_us
   void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
   void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
   void forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now);

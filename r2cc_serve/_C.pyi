@@ -34,6 +34,7 @@ class TransportOptions:
     hedge_bytes: int
     watchdog_realtime: bool
     fallback_rails: int
+    spin_us: int
     FIELDS: ClassVar[list[str]]  # the fields above, in csrc/transport.h's order
     def __init__(self) -> None: ...
 

@@ -80,6 +80,11 @@ _knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
       "Single-chunk sends up to this size go out on two rails at once: when one rail dies, "
       "the other copy is already there (no detection delay for decode-sized all_reduces). 0: off.",
       transport="hedge_bytes")
+_knob("R2CC_SPIN_US", 0, int,
+      "A rank waiting for a collective polls for this many microseconds before it sleeps: "
+      "lower small-message latency where a core is free, CPU taken from the model where none "
+      "is. 0 (default): sleep at once, right for serving on a busy machine.",
+      transport="spin_us")
 _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
       "Sends up to this size are copied and complete at once (kept until acknowledged).",
       transport="small_msg_bytes")

@@ -20,6 +20,17 @@ def test_four_ranks_and_tiny_chunks_give_identical_bits():
     assert results == [[]] * 4
 
 
+def test_spinning_waiters_give_identical_bits():
+    # R2CC_SPIN_US: the waiter polls before it sleeps; what it sees must be the finished bytes.
+    results = run_ranks(workers.all_collectives, 2, [1, 1000, 65536 + 5], {"spin_us": 200}, timeout=240)
+    assert results == [[]] * 2
+
+
+def test_spinning_small_messages_survive_a_failover():
+    res = run_ranks(workers.small_messages_through_failover, 2, {"spin_us": 50}, timeout=120)
+    assert all(r["exact"] for r in res) and sum(r["failovers"] for r in res) >= 1, res
+
+
 def test_size_mismatch_is_a_clear_error_on_every_rank():
     msgs = run_ranks(workers.size_mismatch, 2, {"op_timeout_s": 5.0}, timeout=60)
     for m in msgs:  # both calls named, the same text on every rank
