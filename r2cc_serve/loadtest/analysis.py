@@ -71,7 +71,9 @@ def round_line(rnd: Round) -> str:
             f"TPOT p99 {_ms(s['tpot_p99_s'])}, ended {s['ended']}")
     if rnd.steps:
         lags = [st["started"] - st["due"] for st in rnd.steps]
-        line += f"; {len(rnd.steps)} fault steps, max lag {max(lags) * 1000:.1f} ms"
+        in_effect = [st["done"] - st["due"] for st in rnd.steps if st.get("done") is not None]
+        line += f"; {len(rnd.steps)} fault steps, max lag {max(lags) * 1000:.1f} ms" + (
+            f" (done {max(in_effect) * 1000:.1f} ms after due)" if in_effect else "")
     if s["stalls"]:
         worst = max(s["stalls"], key=lambda x: x["length_s"])
         line += f"; no token for {worst['length_s']:.1f} s from t={worst['from_s']:.1f} s"

@@ -4,7 +4,8 @@ Why a process of its own: under serving load `r2cc lab fault` took 7-10 s (a new
 process and `ip`/`nft` children at nice 0, waiting for a CPU). This one is started once per
 deployment, runs SCHED_FIFO (nice -20 without the privilege), keeps its namespace sockets and
 nftables contexts open (linkops.py) and sleeps until each step is due, so a step costs
-microseconds (link flags, nft) to milliseconds (tc, an admin REST call). A thread in the
+microseconds (link flags, nft) to a millisecond (rate changes through a tc batch process
+started with it) or an admin REST call. A thread in the
 runner would not do: it would wait for the GIL behind threads that wait for a CPU.
 
 Protocol, JSON lines: stdin gets the config line, then {"op": "play", "t0": MONOTONIC,
@@ -28,9 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from r2cc_serve.faults import FaultSpec, parse_fault_text
-from r2cc_serve.lab import shaping
 from r2cc_serve.lab.layout import Layout
-from r2cc_serve.loadtest.linkops import LinkSwitch, NftInNamespaces, blackhole_script
+from r2cc_serve.loadtest.linkops import LinkSwitch, NftInNamespaces, TcSessions, blackhole_script
 
 RT_PRIORITY = 50
 ADMIN_TIMEOUT_S = 10.0
@@ -76,6 +76,7 @@ class Actor:
         hosts = [self.layout.host_ns(i) for i in range(self.layout.hosts)]
         self.links = LinkSwitch(hosts + ([self.layout.switch_ns] if self.layout.switched else []))
         self.nft = NftInNamespaces(hosts)
+        self.tc = TcSessions(hosts + ([self.layout.switch_ns] if self.layout.switched else []))
         self.degraded: set[tuple[int, int]] = set()
 
     def do(self, step: Step) -> tuple[Callable[[], bool] | None, str]:
@@ -121,7 +122,7 @@ class Actor:
         return lambda: all(c() for c in checks)
 
     def _shape(self, host: int, rail: int, rate: str | None) -> None:
-        shaping.set_link_rate(self.layout, host, rail, rate)
+        self.tc.set_rate(self.layout, host, rail, rate)
 
     def _admin(self, step: Step) -> str:
         if not self.admin_url or not self.token:
