@@ -138,7 +138,9 @@ def fault_timing(rounds: list[Round]) -> dict:
     lags = [st["started"] - st["due"] for st in steps]
     took = [st["done"] - st["started"] for st in steps]
     seen = [st["observed"] - st["started"] for st in steps if st.get("observed") is not None]
+    in_effect = [st["done"] - st["due"] for st in steps]
     return {"steps": len(steps), "lag_p50_s": percentile(lags, 50), "lag_max_s": max(lags),
+            "in_effect_max_s": max(in_effect),
             "apply_p50_s": percentile(took, 50), "apply_max_s": max(took),
             "kernel_seen": len(seen), "kernel_seen_p50_s": percentile(seen, 50),
             "kernel_seen_max_s": max(seen) if seen else None,

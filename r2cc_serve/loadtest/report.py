@@ -13,6 +13,7 @@ from r2cc_serve.loadtest import figures
 from r2cc_serve.loadtest.analysis import analyse
 from r2cc_serve.loadtest.runner import RESULT_FILE
 from r2cc_serve.loadtest.scenario import METRICS
+from r2cc_serve.loadtest.stats import MIN_PAIRS
 
 HEADLINE = (("tpot", "p99"), ("e2el", "p99"), ("itl", "p99"), ("ttft", "p99"))
 
@@ -68,7 +69,8 @@ def summary_rows(analyses: list[dict]) -> list[dict]:
         for backend, b in a["backends"].items():
             row = {"scenario": a["scenario"]["name"], "backend": backend, "ok": b["ok"], "failed": b["failed"],
                    "unfinished": b["unfinished_rounds"], "outputs": outputs_verdict(b),
-                   "lag_max_s": b["fault_timing"].get("lag_max_s"), "stall_s": _worst_stall(b)}
+                   "lag_max_s": b["fault_timing"].get("lag_max_s"),
+                   "in_effect_max_s": b["fault_timing"].get("in_effect_max_s"), "stall_s": _worst_stall(b)}
             for m, p in HEADLINE[:2]:
                 row[f"{m}_{p}"] = b["overheads"][m][p]
             rows.append(row)
@@ -78,13 +80,14 @@ def summary_rows(analyses: list[dict]) -> list[dict]:
 def summary_md(rows: list[dict]) -> str:
     out = ["## Summary", "",
            "| scenario | backend | requests ok / failed | rounds cut short | outputs | p99 TPOT overhead [95% CI] "
-           "| p99 E2EL overhead [95% CI] | longest stall | max fault lag |",
+           "| p99 E2EL overhead [95% CI] | longest stall | max fault lag (started / done) |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         only = " (finished requests only)" if r["failed"] else ""
         out.append(f"| {r['scenario']} | {r['backend']} | {r['ok']} / {r['failed']} | "
-                   f"{', '.join(r['unfinished']) or 'none'} | {r['outputs']} | {_ci(r['tpot_p99'])}{only} | "
-                   f"{_ci(r['e2el_p99'])}{only} | {_sec(r['stall_s'])} | {_msec(r['lag_max_s'], 1)} |")
+                   f"{', '.join(r['unfinished']) or 'none'} | {r['outputs']} | {_ci_undecided(r['tpot_p99'])}{only} | "
+                   f"{_ci_undecided(r['e2el_p99'])}{only} | {_sec(r['stall_s'])} | {_msec(r['lag_max_s'], 1)} / "
+                   f"{_msec(r.get('in_effect_max_s'), 1)} |")
     return "\n".join(out) + "\n"
 
 
@@ -220,6 +223,12 @@ def _cross_backend_md(a: dict) -> list[str]:
                    ("identical" + (": the differences above come from batching" if c and c["differ"] else "")
                     if not s["differ"] else f"{s['differ']} of {s['compared']} differ"))
     return out + [""]
+
+
+def _ci_undecided(o: dict | None) -> str:
+    """_ci, saying so when too few pairs ran for the interval to mean anything (stats.MIN_PAIRS)."""
+    few = o and o.get("overhead") is not None and o.get("pairs", MIN_PAIRS) < MIN_PAIRS
+    return _ci(o) + (f" ({o['pairs']} pair: not decided)" if few else "")
 
 
 def _ci(o: dict | None) -> str:

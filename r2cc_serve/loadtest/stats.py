@@ -17,6 +17,9 @@ import numpy as np
 from r2cc_serve.stats import percentile  # noqa: F401 (the one percentile, re-exported)
 
 WIDE = 0.10  # an interval wider than 10 points cannot resolve the few percent asked about
+# With fewer pairs the bootstrap draws requests only: the interval leaves out the round-to-round
+# noise (a busy machine moved one round's p99 by 60% here) and looks far more certain than it is.
+MIN_PAIRS = 3
 
 
 
@@ -91,6 +94,8 @@ def verdict(o: Overhead, target: float | None = None) -> str:
         return "no data"
     if o.low is None or o.high is None:
         return "no interval"
+    if o.pairs < MIN_PAIRS:
+        return f"not decided: {o.pairs} pair(s); the interval holds no round-to-round noise (run {MIN_PAIRS}+)"
     if target is not None:
         if o.high <= target:
             return f"meets the {target:.0%} target"

@@ -44,6 +44,15 @@ def test_a_ten_percent_slowdown_is_found():
     assert verdict(p50, target=0.5) == "meets the 50% target"
 
 
+def test_one_pair_decides_nothing_however_narrow_its_interval():
+    rng = np.random.default_rng(3)
+    pairs = [(_rounds(rng, 1.0, 2000), _rounds(rng, 1.5, 2000))]
+    p50 = overheads(pairs, percentiles=(50,), n_boot=300)[0]
+    assert p50.low > 0.3 and p50.pairs == 1  # narrow: requests are all it resamples
+    assert verdict(p50).startswith("not decided: 1 pair(s)")
+    assert verdict(p50, target=0.03).startswith("not decided")
+
+
 def test_verdicts_in_words():
     assert verdict(Overhead(99, 1, 1.01, 0.01, -0.2, 0.3, 3), 0.03).startswith("undecided: the interval is too wide")
     assert verdict(Overhead(99, 1, 1.01, 0.01, -0.2, 0.3, 3)) == "too wide to decide"
