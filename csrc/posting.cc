@@ -181,8 +181,8 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
 }
 
 namespace {
-// Atomic fields only: also read by a spinning waiter without the lock.
-bool op_done_locked(const Op& op) {
+// Reads atomic fields only: safe with or without the lock (a spinning waiter has none).
+bool op_done(const Op& op) {
   return op.done_at_post || (op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done);
 }
 int op_peer(const Op& op) { return op.out ? op.out->peer : op.in->peer; }
@@ -206,9 +206,11 @@ void Transport::spin_until_any_done(const Op* ops, size_t n) const {
   const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
   for (unsigned k = 0;; ++k) {
     for (size_t i = 0; i < n; ++i)
-      if (op_done_locked(ops[i])) return;
+      if (op_done(ops[i])) return;
     if (aborted_.load() || ((k & 63) == 0 && now_ns() >= until)) return;
-    __builtin_ia32_pause();
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();  // eases the sibling hyper-thread while spinning
+#endif
   }
 }
 
@@ -224,7 +226,7 @@ void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
   for (;;) {
     bool any = false;
     for (size_t i = 0; i < n; ++i)
-      if (op_done_locked(ops[i])) {
+      if (op_done(ops[i])) {
         any = true;
         if (done) done->push_back(i);
       }

@@ -6,10 +6,15 @@ from r2cc_serve.lab import netns
 from r2cc_serve.lab.layout import SHAPING_BURST, SHAPING_LATENCY, Layout
 
 
+def shape_args(dev: str, rate: str) -> list[str]:
+    """tc arguments that set (or change) the root tbf of dev's egress to rate."""
+    return ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+            "burst", SHAPING_BURST, "latency", SHAPING_LATENCY]
+
+
 def shape(ns: str, dev: str, rate: str) -> None:
     """Set (or change) the root tbf of dev's egress to rate."""
-    netns.tc(ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-             "burst", SHAPING_BURST, "latency", SHAPING_LATENCY)
+    netns.tc(ns, *shape_args(dev, rate))
 
 
 def unshape(ns: str, dev: str) -> None:

@@ -21,7 +21,6 @@ import http.client
 import json
 import math
 import os
-import select
 import sys
 import time
 import urllib.parse
@@ -30,7 +29,7 @@ from typing import Callable
 
 from r2cc_serve.faults import FaultSpec, parse_fault_text
 from r2cc_serve.lab.layout import Layout
-from r2cc_serve.loadtest.linkops import LinkSwitch, NftInNamespaces, TcSessions, blackhole_script
+from r2cc_serve.loadtest.linkops import LineReader, LinkSwitch, NftInNamespaces, TcSessions, blackhole_script
 
 RT_PRIORITY = 50
 ADMIN_TIMEOUT_S = 10.0
@@ -156,33 +155,12 @@ def raise_priority() -> str:
             return "nice 0 (no privilege to raise it: faults may land late under load)"
 
 
-class _Lines:
-    """Lines from a file descriptor, with a timeout (select), never blocking past it."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buf, self.eof = fd, b"", False
-
-    def next(self, timeout_s: float | None) -> str | None:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while b"\n" not in self.buf and not self.eof:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.fd], [], [], left)[0]:
-                return None
-            chunk = os.read(self.fd, 65536)
-            self.buf += chunk
-            self.eof = not chunk
-        if b"\n" not in self.buf:
-            return None
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode()
-
-
 def _emit(doc: dict) -> None:
     sys.stdout.write(json.dumps(doc) + "\n")
     sys.stdout.flush()
 
 
-def play(actor: Actor, lines: _Lines, t0: float, steps: list[Step]) -> str:
+def play(actor: Actor, lines: LineReader, t0: float, steps: list[Step]) -> str:
     """Apply steps at t0 + at_s; returns "finished", "aborted" or "quit"."""
     for n, step in enumerate(steps):
         due = t0 + step.at_s
@@ -205,7 +183,7 @@ def play(actor: Actor, lines: _Lines, t0: float, steps: list[Step]) -> str:
     return "finished"
 
 
-def _wait_until(lines: _Lines, due: float) -> str | None:
+def _wait_until(lines: LineReader, due: float) -> str | None:
     """Sleep until due while listening for abort/quit (returned as "aborted"/"quit")."""
     while (wait := due - time.monotonic()) > 0:
         cmd = lines.next(wait)
@@ -232,7 +210,7 @@ def _observe(check: Callable[[], bool], until: float) -> float | None:
 
 
 def main() -> int:
-    lines = _Lines(sys.stdin.fileno())
+    lines = LineReader(sys.stdin.fileno())
     cfg = json.loads(lines.next(None) or "{}")
     priority = raise_priority()
     actor = Actor(cfg)

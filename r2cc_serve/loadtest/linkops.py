@@ -19,13 +19,15 @@ import ctypes
 import ctypes.util
 import fcntl
 import os
+import select
 import socket
 import struct
 import subprocess
 import time
 from typing import Iterator
 
-from r2cc_serve.lab.layout import SHAPING_BURST, SHAPING_LATENCY, Layout
+from r2cc_serve.lab.layout import Layout
+from r2cc_serve.lab.shaping import shape_args
 from r2cc_serve.lab.netns import NETNS_DIR, LabError
 from r2cc_serve.lab.probe import socket_in_netns
 
@@ -112,6 +114,28 @@ class NftInNamespaces:
             os.close(fd)
 
 
+class LineReader:
+    """Lines from a file descriptor, with a timeout (select), never blocking past it."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.eof = fd, b"", False
+
+    def next(self, timeout_s: float | None) -> str | None:
+        """The next line; None at end of file or when timeout_s passes first (eof tells which)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self.buf and not self.eof:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 65536)
+            self.buf += chunk
+            self.eof = not chunk
+        if b"\n" not in self.buf:
+            return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+
 class TcSessions:
     """One long-lived `tc -force -batch -` per namespace; run() returns once tc has done the commands.
 
@@ -121,31 +145,35 @@ class TcSessions:
     _MARK_DEV = "r2ccmark0"  # no such device anywhere (IFNAMSIZ: at most 15 characters)
 
     def __init__(self, namespaces: list[str]):
-        self._procs = {}
+        self._procs, self._out = {}, {}
         for ns in namespaces:
-            self._procs[ns] = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "tc", "-force", "-batch", "-"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, "tc", "-force", "-batch", "-"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
+            self._procs[ns], self._out[ns] = proc, LineReader(proc.stdout.fileno())
         for ns in namespaces:
             self.run(ns, [])  # started and answering before the first fault is due
 
     def run(self, ns: str, commands: list[str], timeout_s: float = 5.0) -> list[str]:
         """Run tc commands in ns; returns the lines tc printed for them (errors say "Command failed")."""
-        proc = self._procs[ns]
-        proc.stdin.write("".join(f"{c}\n" for c in commands) + f"qdisc show dev {self._MARK_DEV}\n")
-        proc.stdin.flush()
+        script = "".join(f"{c}\n" for c in commands) + f"qdisc show dev {self._MARK_DEV}\n"
+        self._procs[ns].stdin.write(script.encode())
         out: list[str] = []
         deadline = time.monotonic() + timeout_s
         while True:
-            if time.monotonic() > deadline:  # readline itself blocks: tc answers or exits
-                raise LabError(f"tc in {ns} did not answer within {timeout_s:g} s")
-            line = proc.stdout.readline()
-            if not line:
-                raise LabError(f"the tc batch process of {ns} exited (code {proc.poll()})")
+            line = self._next_line(ns, deadline)
             if self._MARK_DEV in line:
-                proc.stdout.readline()  # its "Command failed -:N"
+                self._next_line(ns, deadline)  # its "Command failed -:N"
                 return out
-            out.append(line.rstrip("\n"))
+            out.append(line)
+
+    def _next_line(self, ns: str, deadline: float) -> str:
+        reader = self._out[ns]
+        line = reader.next(max(0.0, deadline - time.monotonic()))
+        if line is None and reader.eof:
+            raise LabError(f"the tc batch process of {ns} exited (code {self._procs[ns].poll()})")
+        if line is None:
+            raise LabError(f"tc in {ns} did not answer in time; its commands may be half done")
+        return line
 
     def set_rate(self, layout: Layout, host: int, rail: int, rate: str | None) -> None:
         """Both directions of host's rail to rate (None: unshaped), as lab/shaping.py does."""
@@ -153,8 +181,7 @@ class TcSessions:
             if rate is None:  # deleting a root that is not there only prints an error: harmless
                 self.run(ns, [f"qdisc del dev {dev} root"])
                 continue
-            out = self.run(ns, [f"qdisc replace dev {dev} root tbf rate {rate} burst {SHAPING_BURST} "
-                                f"latency {SHAPING_LATENCY}"])
+            out = self.run(ns, [" ".join(shape_args(dev, rate))])
             if any("Command failed" in line for line in out):
                 raise LabError(f"tc in {ns} could not shape {dev} to {rate}: {' | '.join(out)}")
 

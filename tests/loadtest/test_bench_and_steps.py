@@ -66,3 +66,22 @@ def test_a_flap_is_planned_as_down_up_pairs_on_its_period():
 def test_degrade_carries_its_rate():
     (step,) = expand([dataclasses.replace(FaultSchedule.parse([{"at": 0, "do": "h0:1:degrade:250mbit"}]).entries[0])])
     assert (step.kind, step.rate) == ("degrade", "250mbit")
+
+
+def test_line_reader_never_waits_past_its_timeout():
+    # The fault daemon's stdin and its tc batch processes are read through it: a silent peer
+    # must cost a bounded wait, and an ended one must be told apart from a slow one.
+    import os
+    import time
+
+    from r2cc_serve.loadtest.linkops import LineReader
+
+    r, w = os.pipe()
+    reader = LineReader(r)
+    t0 = time.monotonic()
+    assert reader.next(0.05) is None and not reader.eof and time.monotonic() - t0 < 1.0
+    os.write(w, b"one\ntwo")
+    assert reader.next(0.05) == "one"
+    os.close(w)
+    assert reader.next(0.05) is None and reader.eof  # "two" never got its newline
+    os.close(r)
