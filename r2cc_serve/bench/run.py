@@ -89,11 +89,14 @@ class Bench:
     # ---- public ------------------------------------------------------------------------
     def run(self) -> dict:
         from torch.distributed import TCPStore
-        from r2cc_serve.lab import Lab
+        from r2cc_serve.serving.labctx import lab_session
 
         o = self.o
         say(f"lab up: {o.hosts} hosts x {o.rails} rails, rate {o.rate or 'unshaped'}, mtu {o.mtu}")
-        self.lab = Lab.up(hosts=o.hosts, rails=o.rails, rate=o.rate, mtu=o.mtu)
+        # A lab that is already up with our prefix is someone's (a demo, a serving run):
+        # lab_session refuses it rather than tearing it down under them.
+        self._lab_cm = lab_session(o.hosts, o.rails, o.rate, keep=o.keep_lab, mtu=o.mtu)
+        self.lab = self._lab_cm.__enter__()
         self.tmp = tempfile.mkdtemp(prefix="r2cc-bench-")
         try:
             # The store lives in the root namespace; every host reaches it over the mgmt bridge.
@@ -249,9 +252,6 @@ class Bench:
         if getattr(self, "store", None) is not None:
             del self.store
         shutil.rmtree(self.tmp, ignore_errors=True)
-        if self.o.keep_lab:
-            say("keeping the lab up (--keep-lab); remove it with `r2cc lab down`")
-        else:
-            from r2cc_serve.lab import Lab
-            Lab.down()
-            say("lab down")
+        self._lab_cm.__exit__(None, None, None)
+        say("keeping the lab up (--keep-lab); remove it with `r2cc lab down`" if self.o.keep_lab
+            else "lab down")

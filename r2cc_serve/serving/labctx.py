@@ -45,7 +45,7 @@ def _our_namespaces(prefix: str) -> list[str]:
 @contextlib.contextmanager
 def lab_session(hosts: int = 2, rails: int = 4, rate: str | None = "1gbit", *, prefix: str | None = None,
                 state: str | None = None, keep: bool = False, reuse: bool = False,
-                wait_s: float = 0.0) -> Iterator[Lab]:
+                wait_s: float = 0.0, mtu: int = 1500) -> Iterator[Lab]:
     """A lab for the duration of the block; removed at exit unless keep (or it was reused).
 
     wait_s: how long to wait while another lab holds the subnet (LabError after that).
@@ -68,7 +68,7 @@ def lab_session(hosts: int = 2, rails: int = 4, rate: str | None = "1gbit", *, p
                 raise UserError(f"the lab that is up has {lab.hosts} hosts x {lab.rails} rails; "
                                 f"this run needs {hosts} x {rails}")
         else:
-            lab = _up_waiting(hosts, rails, rate, wait_s)
+            lab = _up_waiting(hosts, rails, rate, mtu, wait_s)
             built = True
     try:
         yield lab
@@ -89,12 +89,12 @@ def _check_state_file_is_ours(prefix: str) -> None:
                             f"not {prefix!r}; set R2CC_LAB_STATE to a file of your own")
 
 
-def _up_waiting(hosts: int, rails: int, rate: str | None, wait_s: float) -> Lab:
+def _up_waiting(hosts: int, rails: int, rate: str | None, mtu: int, wait_s: float) -> Lab:
     deadline = time.monotonic() + wait_s
     noted = False
     while True:
         try:
-            return Lab.up(hosts=hosts, rails=rails, rate=rate)
+            return Lab.up(hosts=hosts, rails=rails, rate=rate, mtu=mtu)
         except LabError as exc:
             if "already used" not in str(exc) or time.monotonic() > deadline:
                 raise

@@ -1,7 +1,7 @@
 """`r2cc bench` for real on a small lab: JSON schema, correctness, ratios, one fault.
 
-Uses the default lab prefix (r2cc), like the benchmark itself: do not run it while a benchmark
-is running on the same machine. Each run stays well under a minute.
+Uses a lab prefix of its own (r2ccb), so a demo or benchmark on the default lab is never
+touched. Each run stays well under a minute.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import pytest
 pytestmark = pytest.mark.lab
 
 MAIN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PREFIX = "r2ccb"
+STATE = f"/run/r2cc-lab/{PREFIX}-state.json"
 RESULT_KEYS = {"backend", "bytes", "p50_s", "p90_s", "busbw_GBps", "correct"}
 FAULT_KEYS = {"backend", "spec", "completed", "bit_exact", "extra_s", "resent_bytes"}
 
@@ -28,8 +30,8 @@ def root(monkeypatch):
     missing = [t for t in ("ip", "tc", "nft") if shutil.which(t) is None]
     if missing:
         pytest.skip(f"missing {', '.join(missing)}")
-    monkeypatch.delenv("R2CC_LAB_PREFIX", raising=False)
-    monkeypatch.delenv("R2CC_LAB_STATE", raising=False)
+    monkeypatch.setenv("R2CC_LAB_PREFIX", PREFIX)
+    monkeypatch.setenv("R2CC_LAB_STATE", STATE)
 
 
 def bench(tmp_path, *args, timeout=90):
@@ -94,3 +96,21 @@ def test_gloo_under_a_blackhole_is_reported_not_hung(tmp_path):
     (f,) = rep["faults"]
     assert FAULT_KEYS <= set(f) and f["backend"] == "gloo", f
     assert f["completed"] is False and f["bit_exact"] is None and f["error"], f
+
+
+def test_a_lab_already_up_is_refused_not_torn_down(tmp_path):
+    # Someone's demo holds the lab: the bench says so and leaves it standing.
+    cli = [sys.executable, "-m", "r2cc_serve.cli"]
+    subprocess.run([*cli, "lab", "up", "--hosts", "2", "--rails", "2"], check=True, capture_output=True,
+                   timeout=60)
+    try:
+        proc = subprocess.run([*cli, "bench", "--hosts", "2", "--rails", "2", "--sizes", "4K",
+                               "--backend", "r2cc", "--iters", "1", "--warmup", "0"],
+                              cwd=MAIN, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"a lab with prefix {PREFIX!r} is already up" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        status = subprocess.run([*cli, "lab", "status"], capture_output=True, text=True, timeout=30)
+        assert status.returncode == 0 and json.loads(status.stdout)["hosts"], status.stdout + status.stderr
+    finally:
+        subprocess.run([*cli, "lab", "down"], capture_output=True, timeout=60)
