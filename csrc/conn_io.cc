@@ -16,6 +16,9 @@ namespace r2cc {
 
 namespace {
 constexpr int kPollMs = 10;
+// Chunk payloads from this size are read in bulk (read_full's lowat_cap): fewer wake-ups.
+constexpr size_t kBulkReadBytes = 32 * 1024;
+constexpr size_t kBulkLowatCap = 128 * 1024;
 
 constexpr size_t kMaxAcksPerWrite = 512;
 constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
@@ -346,12 +349,13 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
     }
   }
   std::string err;
+  const size_t bulk = h.len >= kBulkReadBytes ? kBulkLowatCap : 0;
   if (dest) {
     // Straight into the destination, unless another rail completes this chunk first
     // (this rail fell silent mid-chunk): then the rest of the frame goes aside.
     auto superseded = [&] { return stale() || m->superseded[idx].load() || aborted_.load(); };
     size_t got = 0;
-    err = read_full(fd, dest, h.len, kPollMs, superseded, progress, &got);
+    err = read_full(fd, dest, h.len, kPollMs, superseded, progress, &got, bulk);
     if (err == "stopped" && !stale()) {
       {
         // Out of the buffer first (the message may complete now), then keep the
@@ -360,14 +364,14 @@ std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHea
         release_reader_locked(p, *m);
       }
       if (scratch.size() < h.len) scratch.resize(h.len);
-      err = read_full(fd, scratch.data(), h.len - got, kPollMs, stale, progress);
+      err = read_full(fd, scratch.data(), h.len - got, kPollMs, stale, progress, nullptr, bulk);
       std::lock_guard<std::mutex> g(mu_);
       c.st.bytes_recv += err.empty() ? h.len : 0;
       return err;
     }
   } else {
     if (scratch.size() < h.len) scratch.resize(h.len);
-    err = read_full(fd, scratch.data(), h.len, kPollMs, stale, progress);
+    err = read_full(fd, scratch.data(), h.len, kPollMs, stale, progress, nullptr, bulk);
   }
   std::lock_guard<std::mutex> g(mu_);
   c.st.bytes_recv += err.empty() ? h.len : 0;
