@@ -1,11 +1,11 @@
-// One connection's bytes: its writer loop (control frames, acks, chunks as the window
-// allows), its reader loop (frames in, chunks straight into their buffers) and the helpers
-// both share with the inline sender in posting.cc.
+// One connection's outgoing bytes: its writer loop (control frames, acks, chunks as the window
+// allows) and the helpers it shares with the inline sender in posting.cc. (Incoming bytes:
+// rx_loop.cc.)
 //
-// Contract: only these loops and the inline sender touch a connected socket, at most one
-// writer at a time (Conn::writing); no loop holds the transport lock while it blocks on the
-// socket. An I/O error fails the rail (fail_conn_locked), never the group; a stale loop (the
-// socket was replaced or failed: the epoch moved on) stands down without touching the Conn.
+// Contract: only the writer loop and the inline sender write to a connected socket, at most one
+// at a time (Conn::writing); neither holds the transport lock while it blocks on the socket.
+// An I/O error fails the rail (fail_conn_locked), never the group; a stale loop (the socket was
+// replaced or failed: the epoch moved on) stands down without touching the Conn.
 #include <algorithm>
 #include <cstring>
 
@@ -16,15 +16,10 @@ namespace r2cc {
 
 namespace {
 constexpr int kPollMs = 10;
-// Chunk payloads from this size are read in bulk (read_full's lowat_cap): fewer wake-ups.
-constexpr size_t kBulkReadBytes = 32 * 1024;
-constexpr size_t kBulkLowatCap = 128 * 1024;
 
 constexpr size_t kMaxAcksPerWrite = 512;
 constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
-constexpr uint32_t kMaxAbortReason = 4096;
 constexpr int kIdleWriterWaitMs = 100;
-constexpr int64_t kEchoEveryNs = 100000000;  // heartbeat echoes (RTT samples): ~10 per second per rail
 }  // namespace
 
 std::function<void()> Transport::sent_progress(Conn& c) const {
@@ -211,199 +206,6 @@ void Transport::writer_loop(Conn& c) {
       }
     }
   });
-}
-
-// ---- reader ----------------------------------------------------------------
-
-void Transport::reader_loop(Conn& c) {
-  Peer& p = *peers_[c.peer];
-  std::vector<char> scratch;
-  serve_connection(c, [&](std::unique_lock<std::mutex>& lk, uint64_t epoch, int fd) {
-    lk.unlock();
-    auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
-    auto progress = [&] { c.last_rx_ns.store(now_ns()); };
-    std::string err;
-    while (err.empty() && !stale()) {
-      FrameHeader h;
-      err = read_full(fd, &h, sizeof(h), kPollMs, stale, progress);
-      if (!err.empty()) break;
-      if (h.magic != kFrameMagic) {
-        err = "corrupt frame (bad magic)";
-        break;
-      }
-      switch (FrameType(h.type)) {
-        case FrameType::kData:
-          err = read_data(c, epoch, fd, h, scratch);
-          break;
-        case FrameType::kAck:
-        case FrameType::kAckAll: {
-          std::lock_guard<std::mutex> g(mu_);
-          on_ack_locked(p, h.seq, h.offset, FrameType(h.type) == FrameType::kAckAll);
-          break;
-        }
-        case FrameType::kHeartbeat: {
-          // Echo a few per second (the RTT estimate needs no more): an echo per heartbeat
-          // woke this rail's writer and the peer's reader 200 times a second for nothing.
-          const int64_t sent = int64_t(h.offset);
-          if (sent - c.last_echoed_ns < kEchoEveryNs && sent >= c.last_echoed_ns) break;
-          std::lock_guard<std::mutex> g(mu_);
-          c.last_echoed_ns = sent;
-          if (c.epoch.load() == epoch) c.ctrl.push_back(control_frame(FrameType::kHeartbeatEcho, 0, h.offset));
-          p.cv.notify_all();
-          break;
-        }
-        case FrameType::kHeartbeatEcho: {
-          double rtt = double(now_ns() - int64_t(h.offset)) * 1e-9;
-          std::lock_guard<std::mutex> g(mu_);
-          c.st.rtt_s = c.st.rtt_s == 0 ? rtt : 0.8 * c.st.rtt_s + 0.2 * rtt;
-          break;
-        }
-        case FrameType::kAbort: {
-          std::string reason(std::min(h.len, kMaxAbortReason), '\0');
-          err = read_full(fd, reason.data(), reason.size(), kPollMs, stale, progress);
-          if (err.empty()) {
-            std::lock_guard<std::mutex> g(mu_);
-            set_error_locked(error_kind_from_wire(h.offset), reason);
-          }
-          break;
-        }
-        case FrameType::kGoodbye: {
-          std::lock_guard<std::mutex> g(mu_);
-          peer_closed_locked(p);
-          break;
-        }
-        case FrameType::kDrain:
-        case FrameType::kUndrain: {
-          // The peer drained (or undrained) its end of this rail: the link is out of
-          // use in both directions, and this side's state says so too.
-          std::lock_guard<std::mutex> g(mu_);
-          c.peer_drained = FrameType(h.type) == FrameType::kDrain;
-          if (c.peer_drained && c.state == RailState::kUp)
-            c.state = c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
-          else if (!c.peer_drained && !rail_drained_[c.rail] &&
-                   (c.state == RailState::kDraining || c.state == RailState::kDrained))
-            c.state = RailState::kUp;
-          p.cv.notify_all();
-          break;
-        }
-        default:
-          err = "corrupt frame (unknown type " + std::to_string(h.type) + ")";
-      }
-    }
-    lk.lock();
-    if (!err.empty() && err != "stopped")
-      fail_conn_locked(c, epoch, "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
-                                     " failed: " + err);
-  });
-}
-
-std::string Transport::read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch) {
-  Peer& p = *peers_[c.peer];
-  auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
-  auto progress = [&] { c.last_rx_ns.store(now_ns()); };
-  if (h.chunk_bytes == 0 || h.offset % h.chunk_bytes != 0 || h.offset + h.len > h.total)
-    return "corrupt data frame (offset/length out of range)";
-  const size_t idx = h.offset / h.chunk_bytes;
-  const bool urgent = h.total > opt_.small_msg_bytes;
-  std::shared_ptr<InMsg> m;
-  char* dest = nullptr;  // set when this reader claimed the chunk
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!p.is_done(h.seq)) {
-      auto& slot = p.in[h.seq];
-      if (!slot) {  // arrived before the receive was posted: keep it in a stash
-        slot = std::make_shared<InMsg>();
-        slot->peer = c.peer;
-        slot->seq = h.seq;
-        slot->len = h.total;
-        slot->stash.reset(new char[h.total]);  // not zero-filled: every byte will be written
-        slot->data = slot->stash.get();
-      }
-      m = slot;
-      if (!m->known) {
-        m->sent_seq = h.call_seq;
-        m->sent_desc = h.call_desc;
-        check_call_locked(p, *m);  // on a mismatch the group aborts: nothing below claims the chunk
-      }
-      if (error_.empty() && m->len != h.total) {
-        set_error_locked(ErrorKind::kCallMismatch,
-                         "r2cc: rank " + std::to_string(c.peer) + " sent " + std::to_string(h.total) +
-                             " bytes but rank " + std::to_string(rank_) + " expected " + std::to_string(m->len) +
-                             " (the ranks called different collectives or shapes)");
-        return "message size mismatch";
-      }
-      if (!m->known) {
-        m->known = true;
-        m->chunk = h.chunk_bytes;
-        m->nchunks = num_chunks(m->len, m->chunk);
-        m->state.assign(m->nchunks, kChunkNone);
-        m->superseded.reset(new std::atomic<bool>[m->nchunks]);
-        for (size_t i = 0; i < m->nchunks; ++i) m->superseded[i] = false;
-      }
-      if (m->chunk != h.chunk_bytes || idx >= m->nchunks) return "corrupt data frame (chunking changed)";
-      if (m->state[idx] == kChunkNone && !aborted_) {
-        m->state[idx] = kChunkClaimed;
-        m->active_readers++;
-        dest = m->data + h.offset;
-      }
-    }
-  }
-  std::string err;
-  const size_t bulk = h.len >= kBulkReadBytes ? kBulkLowatCap : 0;
-  if (dest) {
-    // Straight into the destination, unless another rail completes this chunk first
-    // (this rail fell silent mid-chunk): then the rest of the frame goes aside.
-    auto superseded = [&] { return stale() || m->superseded[idx].load() || aborted_.load(); };
-    size_t got = 0;
-    err = read_full(fd, dest, h.len, kPollMs, superseded, progress, &got, bulk);
-    if (err == "stopped" && !stale()) {
-      {
-        // Out of the buffer first (the message may complete now), then keep the
-        // stream in step: what is left of this frame, if it ever comes, goes aside.
-        std::lock_guard<std::mutex> g(mu_);
-        release_reader_locked(p, *m);
-      }
-      if (scratch.size() < h.len) scratch.resize(h.len);
-      err = read_full(fd, scratch.data(), h.len - got, kPollMs, stale, progress, nullptr, bulk);
-      std::lock_guard<std::mutex> g(mu_);
-      c.st.bytes_recv += err.empty() ? h.len : 0;
-      return err;
-    }
-  } else {
-    if (scratch.size() < h.len) scratch.resize(h.len);
-    err = read_full(fd, scratch.data(), h.len, kPollMs, stale, progress, nullptr, bulk);
-  }
-  std::lock_guard<std::mutex> g(mu_);
-  c.st.bytes_recv += err.empty() ? h.len : 0;
-  if (!m) {  // whole message already complete: only re-acknowledge
-    if (err.empty()) enqueue_ack_locked(p, h.seq, idx, false, urgent);
-    return err;
-  }
-  auto complete_chunk = [&] {
-    m->state[idx] = kChunkDone;
-    m->nrecv++;
-    enqueue_ack_locked(p, h.seq, idx, false, urgent);
-  };
-  if (dest) {
-    if (m->state[idx] == kChunkClaimed) {
-      if (err.empty()) complete_chunk();
-      else m->state[idx] = kChunkNone;  // the sender re-sends it on another rail
-    }
-    release_reader_locked(p, *m);
-    return err;
-  }
-  if (!err.empty() || aborted_) return err;  // after an abort the buffer may be gone
-  if (m->state[idx] == kChunkDone) {
-    enqueue_ack_locked(p, h.seq, idx, false, urgent);  // duplicate: the sender may have lost the first ack
-  } else {
-    // First complete copy. If a reader holds the claim it is stuck mid-chunk on a
-    // silent rail: this copy wins (same bytes) and that reader is told to stand aside.
-    std::memcpy(m->data + h.offset, scratch.data(), h.len);
-    if (m->state[idx] == kChunkClaimed) m->superseded[idx] = true;
-    complete_chunk();
-    if (m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
-  }
-  return err;
 }
 
 }  // namespace r2cc

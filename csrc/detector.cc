@@ -39,6 +39,7 @@ void Transport::watchdog_loop() {
     // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
     // neither the peers' silence nor their kernels' silence across the stall is evidence.
     if (now - before > timeout_ns / 2) stall_end_ns = now;
+    rx_readmit_locked(now);
     for (auto& p : peers_) {
       if (p->rank == rank_ || p->closed) continue;
       check_peer_rails_locked(*p, now, stall_end_ns);
@@ -154,14 +155,18 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
 
 void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
   // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed. Only
-  // bandwidth-bound traffic counts: when the busy periods of a sample carried under
-  // half a chunk each on average (decode-sized messages), their time is round trips
-  // and scheduling, not the link's rate, and rails would look slow at random.
+  // bandwidth-bound traffic counts: when the busy periods of a sample carried under half a
+  // chunk each on average, or its chunks were under half a chunk on average (decode-sized
+  // messages, whose acks wait for the receiver's next collective and so run busy periods
+  // together), their time is round trips and scheduling, not the link's rate, and rails
+  // would look slow at random.
   int64_t busy = c.busy_ns + (c.busy_since_ns ? now - c.busy_since_ns : 0);
   if (busy - c.bw_ref_busy <= 20 * 1000000) return;
   const uint64_t acked = c.acked_bytes - c.bw_ref_acked;
   const uint64_t periods = std::max<uint64_t>(1, c.busy_periods - c.bw_ref_periods);
-  if (acked / periods >= opt_.chunk_bytes / 2) {
+  const uint64_t chunks = std::max<uint64_t>(1, c.st.chunks_sent - c.bw_ref_chunks);
+  c.bw_ref_chunks = c.st.chunks_sent;
+  if (acked / periods >= opt_.chunk_bytes / 2 && acked / chunks >= opt_.chunk_bytes / 2) {
     double sample = double(acked) / (double(busy - c.bw_ref_busy) * 1e-9);
     c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : 0.7 * c.st.bandwidth_Bps + 0.3 * sample;
   }

@@ -64,7 +64,7 @@ void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int6
   for (auto& a : c.acks_carried) p.acks.push_back(a.second);  // they may be stuck in its buffers
   c.acks_carried.clear();
   p.cv.notify_all();
-  done_cv_.notify_all();
+  notify_done_locked();
 }
 
 void Transport::suspect_conn_locked(Conn& c, const std::string& reason) {
@@ -92,7 +92,7 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& rea
   c.suspect = false;
   if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
   p.cv.notify_all();
-  done_cv_.notify_all();
+  notify_done_locked();
 }
 
 void Transport::peer_closed_locked(Peer& p) {
@@ -107,7 +107,7 @@ void Transport::peer_closed_locked(Peer& p) {
     c->st.last_error_time = unix_now();
   }
   p.cv.notify_all();
-  done_cv_.notify_all();
+  notify_done_locked();
 }
 
 }  // namespace r2cc

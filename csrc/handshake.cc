@@ -206,10 +206,11 @@ void Transport::install(Conn& c, int fd) {
   c.path_dead = false;
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
+  rx_start_locked(c, fd);
   Peer& p = *peers_[c.peer];
   p.no_link_since_ns = 0;
   p.cv.notify_all();
-  done_cv_.notify_all();
+  notify_done_locked();
 }
 
 }  // namespace r2cc

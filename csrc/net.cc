@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <stdexcept>
 
 namespace r2cc {
@@ -153,23 +152,14 @@ int connect_to(const std::string& local_ip, const std::string& ip, int port, int
   return fd;
 }
 
-namespace {
-void set_rcv_lowat(int fd, int bytes) { setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)); }
-}  // namespace
-
 std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
-                      const std::function<void()>& on_progress, size_t* done, size_t lowat_cap) {
+                      const std::function<void()>& on_progress, size_t* done) {
   char* p = static_cast<char*>(buf);
   size_t dummy = 0;
   size_t& count = done ? *done : dummy;
   count = 0;
-  int lowat = 1;  // the socket's mark as set by us (1 is the kernel default)
-  std::string err;
   while (n > 0) {
-    if (should_stop && should_stop()) {
-      err = "stopped";
-      break;
-    }
+    if (should_stop && should_stop()) return "stopped";
     ssize_t r = recv(fd, p, n, 0);
     if (r > 0) {
       p += r;
@@ -178,27 +168,14 @@ std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::funct
       if (on_progress) on_progress();
       continue;
     }
-    if (r == 0) {
-      err = "connection closed by peer";
-      break;
-    }
+    if (r == 0) return "connection closed by peer";
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      err = "recv: " + errno_str(errno);
-      break;
-    }
-    if (should_stop && should_stop()) {
-      err = "stopped";
-      break;
-    }
-    // Never above what is still wanted: the last bytes of a frame must wake us too.
-    const int want = lowat_cap > 1 ? int(std::min(n, lowat_cap)) : 1;
-    if (want != lowat) set_rcv_lowat(fd, lowat = want);
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return "recv: " + errno_str(errno);
+    if (should_stop && should_stop()) return "stopped";
     pollfd pf{fd, POLLIN, 0};
     poll(&pf, 1, poll_ms);
   }
-  if (lowat != 1) set_rcv_lowat(fd, 1);
-  return err;
+  return "";
 }
 
 std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,

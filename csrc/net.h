@@ -47,13 +47,8 @@ void tune_socket(int fd);
 // poll_ms and gives up when should_stop() turns true or on socket error.
 // Returns "" on success, otherwise a description of the failure.
 // `*done` (if given) receives how many bytes were read, also when it stops early.
-// lowat_cap > 0: a bulk read. The socket's receive low-water mark is raised to
-// min(lowat_cap, bytes still wanted) while waiting, so poll wakes once per that many bytes
-// instead of once per arriving segment (a 256 KiB chunk took ~100 wake-ups), and put back
-// to 1 before returning. The poll_ms slices still read whatever has come in.
 std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
-                      const std::function<void()>& on_progress = nullptr, size_t* done = nullptr,
-                      size_t lowat_cap = 0);
+                      const std::function<void()>& on_progress = nullptr, size_t* done = nullptr);
 // `on_progress` (if given) runs after every send call that moved bytes.
 std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
                        const std::function<void()>& on_progress = nullptr);

@@ -20,6 +20,7 @@ void Transport::begin_call(const CallDesc& d) {
   if (!error_.empty()) throw_error_locked();
   call_desc_ = d;
   cur_seq_ = d.is_p2p() ? kP2PSeq : ++call_seq_;
+  if (!d.is_p2p()) call_history_[cur_seq_ % call_history_.size()] = {cur_seq_, d};
   // A peer may be a call ahead: its messages for this call may already wait here.
   if (!d.is_p2p())
     for (auto& p : peers_)
@@ -43,6 +44,16 @@ void Transport::check_call_locked(Peer& p, const InMsg& m) {
     return;
   }
   const CallDesc theirs = CallDesc::unpack(m.sent_desc);
+  // A message from an earlier collective of ours: name the calls that differed back then, as
+  // the sender does when it catches ours; both ranks then word the error alike, whichever
+  // read the other's message first (bytes are read when someone waits, not on arrival).
+  if (m.sent_seq != kP2PSeq && seq != kP2PSeq && m.sent_seq < seq) {
+    const auto& then = call_history_[m.sent_seq % call_history_.size()];
+    if (then.first == m.sent_seq && then.second.pack() != theirs.pack()) {
+      seq = m.sent_seq;
+      mine = then.second;
+    }
+  }
   if (calls_match(m.sent_seq, theirs, seq, mine)) return;
   // Lower rank first: two ranks that each catch the mismatch word it identically.
   std::string a = "rank " + std::to_string(p.rank) + " called " + describe_call(m.sent_seq, theirs);
@@ -103,7 +114,7 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
 }
 
 void Transport::finish_chunk_write_locked(const Chunk& chunk) {
-  if (--chunk.msg->active_writers == 0 && chunk.msg->done) done_cv_.notify_all();
+  if (--chunk.msg->active_writers == 0 && chunk.msg->done) notify_done_locked();
 }
 
 bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge) {
@@ -181,6 +192,7 @@ Op Transport::post_recv(int peer, void* buf, size_t len) {
 }
 
 namespace {
+constexpr int kWaitSliceMs = 50;  // a waiter re-checks the detector's verdicts at least this often
 // Reads atomic fields only: safe with or without the lock (a spinning waiter has none).
 bool op_done(const Op& op) {
   return op.done_at_post || (op.out && op.out->done && op.out->active_writers == 0) || (op.in && op.in->done);
@@ -200,8 +212,15 @@ std::vector<size_t> Transport::wait_some(const std::vector<Op>& ops) {
   return done;
 }
 
+bool Transport::any_op_done(const Op* ops, size_t n) const {
+  for (size_t i = 0; i < n; ++i)
+    if (op_done(ops[i])) return true;
+  return false;
+}
+
 void Transport::spin_until_any_done(const Op* ops, size_t n) const {
-  // A reader thread completes the op; the caller sees it without the futex sleep and wake-up
+  // A waiter that does not drive (another caller does): the driver or the receive thread
+  // completes the op; this one sees it without the futex sleep and wake-up
   // that a condition variable costs. Only worth it where a core is free to spin.
   const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
   for (unsigned k = 0;; ++k) {
@@ -215,7 +234,6 @@ void Transport::spin_until_any_done(const Op* ops, size_t n) const {
 }
 
 void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
-  if (opt_.spin_us > 0) spin_until_any_done(ops, n);
   const int64_t start = now_ns();
   const int64_t deadline = start + int64_t(opt_.op_timeout_s * 1e9);
   // What this wait depends on, per peer (bit 0: a receive, bit 1: a send): the path checks run
@@ -223,6 +241,15 @@ void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
   std::vector<uint8_t> waits_on(size_t(world_), 0);
   for (size_t i = 0; i < n; ++i) waits_on[size_t(op_peer(ops[i]))] |= ops[i].out ? 2 : 1;
   std::unique_lock<std::mutex> lk(mu_);
+  // The first waiter reads its peers' bytes itself (rx_loop.cc); a second one waits for it.
+  struct Driving {
+    Transport& t;
+    bool on;
+    ~Driving() {  // the lock is held on every way out
+      if (on) t.rx_stop_driving_locked();
+    }
+  } driving{*this, false};
+  bool spun = false;
   for (;;) {
     bool any = false;
     for (size_t i = 0; i < n; ++i)
@@ -256,7 +283,21 @@ void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
       while (busy() && now_ns() < until) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
       throw_error_locked();
     }
-    done_cv_.wait_for(lk, std::chrono::milliseconds(50));
+    if (!driving.on && !any_op_done(ops, n)) driving.on = rx_start_driving_locked();
+    if (driving.on) {
+      lk.unlock();
+      rx_drive_once(ops, n, kWaitSliceMs);
+      lk.lock();
+    } else {
+      if (opt_.spin_us > 0 && !spun) {  // once: then sleep like any other waiter
+        spun = true;
+        lk.unlock();
+        spin_until_any_done(ops, n);
+        lk.lock();
+        continue;
+      }
+      done_cv_.wait_for(lk, std::chrono::milliseconds(kWaitSliceMs));
+    }
   }
 }
 
@@ -290,7 +331,7 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
   if (m.nacked == m.nchunks) {
     m.done = true;
     p.out.erase(it);
-    done_cv_.notify_all();
+    notify_done_locked();
   }
   // Freed window space matters only to writers with chunks waiting.
   if (!p.queue.empty()) p.cv.notify_all();
@@ -316,7 +357,7 @@ void Transport::finish_in_locked(Peer& p, InMsg& m) {
   if (m.data != m.user) std::memcpy(m.user, m.data, m.len);
   m.done = true;
   p.in.erase(m.seq);
-  done_cv_.notify_all();
+  notify_done_locked();
 }
 
 void Transport::release_reader_locked(Peer& p, InMsg& m) {

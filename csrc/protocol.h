@@ -34,6 +34,8 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 56, "frame header must stay 56 bytes");
 
+constexpr uint32_t kMaxAbortReason = 4096;  // bytes of reason a kAbort frame carries at most
+
 // A frame without a call descriptor (acks, heartbeats, drain, goodbye, abort).
 inline FrameHeader control_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {
   return FrameHeader{kFrameMagic, uint32_t(t), seq, offset, 0, len, 0};

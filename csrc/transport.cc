@@ -1,9 +1,12 @@
 // Transport life cycle: construction (listening sockets), connect_all (starting every
 // thread), the group's error (abort), socket-number bookkeeping, and close. The rest, by
-// responsibility: handshake.cc (set-up and re-connects), conn_io.cc (each connection's reader
-// and writer), posting.cc (posting, waiting, acknowledgements), detector.cc (failure
+// responsibility: handshake.cc (set-up and re-connects), rx_loop.cc (every socket's incoming
+// bytes), conn_io.cc (each connection's writer), posting.cc (posting, waiting, acknowledgements), detector.cc (failure
 // detection, stalls, heartbeats), failover.cc (re-sending a failed rail's chunks),
 // operator_actions.cc (drain/failover/restore, stats).
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -55,6 +58,23 @@ Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std
     }
     peers_.push_back(std::move(peer));
   }
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  rx_ep_ = epoll_create1(EPOLL_CLOEXEC);
+  caller_ep_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  caller_bell_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epfd_ < 0 || rx_ep_ < 0 || caller_ep_ < 0 || wake_fd_ < 0 || caller_bell_ < 0)
+    throw std::runtime_error("r2cc: cannot create the receive epoll sets: " + errno_str(errno));
+  auto add = [](int set, int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(rx_ep_, epfd_);
+  add(rx_ep_, wake_fd_);
+  add(caller_ep_, epfd_);
+  add(caller_ep_, caller_bell_);
   ScopedNetns in_ns(netns_);
   for (int r = 0; r < R; ++r) {
     int port = 0;
@@ -72,17 +92,26 @@ void Transport::connect_all(const std::vector<std::vector<std::pair<std::string,
     connect_started_ = true;
     peer_addrs_ = peer_addrs;
   }
-  for (int r = 0; r < num_rails(); ++r) threads_.emplace_back([this, r] { accept_loop(r); });
+  // Named, so that `top -H` and perf tell them apart (15 characters at most).
+  auto named = [](std::string name, auto body) {
+    return [name, body] {
+      pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      body();
+    };
+  };
+  for (int r = 0; r < num_rails(); ++r)
+    threads_.emplace_back(named("r2cc-accept" + std::to_string(r), [this, r] { accept_loop(r); }));
+  threads_.emplace_back(named("r2cc-rx", [this] { rx_loop(); }));
   for (auto& p : peers_) {
     if (p->rank == rank_) continue;
     for (auto& c : p->conns) {
       Conn* cp = c.get();
-      threads_.emplace_back([this, cp] { reader_loop(*cp); });
-      threads_.emplace_back([this, cp] { writer_loop(*cp); });
+      threads_.emplace_back(named("r2cc-tx" + std::to_string(cp->peer) + "." + std::to_string(cp->rail),
+                                  [this, cp] { writer_loop(*cp); }));
     }
   }
-  threads_.emplace_back([this] { connector_loop(); });
-  threads_.emplace_back([this] { watchdog_loop(); });
+  threads_.emplace_back(named("r2cc-connect", [this] { connector_loop(); }));
+  threads_.emplace_back(named("r2cc-watchdog", [this] { watchdog_loop(); }));
 
   const int64_t deadline = now_ns() + int64_t(opt_.connect_timeout_s * 1e9);
   std::unique_lock<std::mutex> lk(mu_);
@@ -144,8 +173,9 @@ void Transport::set_error_locked(ErrorKind kind, const std::string& reason) {
   for (auto& p : peers_)
     for (auto& c : p->conns)
       if (is_connected(c->state)) c->ctrl_abort = reason;
+  rx_drop_idle_claims_locked();
   for (auto& p : peers_) p->cv.notify_all();
-  done_cv_.notify_all();
+  notify_done_locked();
 }
 
 void Transport::abort(const std::string& reason, ErrorKind kind) {
@@ -190,11 +220,21 @@ void Transport::close() {
       error_ = "r2cc: the communicator was closed";
       error_kind_ = ErrorKind::kClosed;
     }
-    done_cv_.notify_all();
+    notify_done_locked();
   }
+  const uint64_t one = 1;
+  for (int bell : {wake_fd_, caller_bell_})  // the receive thread and a driving caller return at once
+    if (write(bell, &one, sizeof(one)) < 0) {}
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
+  {
+    // A caller still driving (woken by the bell, it throws the closed error) may be inside a
+    // stream: the streams go only once it has left.
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait_for(lk, std::chrono::seconds(2), [&] { return !caller_driving_; });
+  }
+  rx_streams_.clear();  // their sockets are closed below with the rest
   for (auto& p : peers_)
     for (auto& c : p->conns) {
       for (auto& [fd, users] : c->fd_users)
@@ -208,6 +248,7 @@ void Transport::close() {
   for (int i = 0; i < 200 && handshakes_active_.load() > 0; ++i) usleep(10000);
   for (int fd : listen_fds_) ::close(fd);
   listen_fds_.clear();
+  for (int fd : {caller_ep_, rx_ep_, epfd_, wake_fd_, caller_bell_}) ::close(fd);
 }
 
 }  // namespace r2cc

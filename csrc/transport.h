@@ -7,10 +7,11 @@
 // un-acknowledged chunks go back to the queue and the surviving rails re-send
 // them. Receivers write each chunk at its offset, so a duplicate is harmless.
 //
-// Threads: per connection one reader and one writer (only the writer writes to the
-// socket, so a reader never blocks on a full send buffer); per transport one
-// accept thread per rail, one connector thread (re-connects failed rails) and one
-// watchdog (failure detection from path evidence, stalled-peer tracking, heartbeats).
+// Threads: per connection one writer (the posting thread also writes one-chunk messages
+// itself); per transport one receive thread over an epoll set of every socket (rx_loop.cc;
+// while a caller waits, the caller reads its own bytes instead), one accept thread per rail,
+// one connector thread (re-connects failed rails) and one watchdog (failure detection from
+// path evidence, stalled-peer tracking, heartbeats).
 //
 // Failure model: a rail fails only on evidence about the path (a socket error, or
 // bytes this side sent that the peer's kernel has not acknowledged for rail_timeout_ms).
@@ -21,6 +22,7 @@
 // all_down_grace_ms (RailsDown, or PeerGone when the peer's process is gone).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -48,7 +50,7 @@ struct PathInfo;  // net.h
 // hedge_bytes: one-chunk sends up to this size go out on two rails at once.
 // watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
 // fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
-// spin_us: a waiting caller polls its ops this long before it sleeps (less latency, more CPU).
+// spin_us: a waiting caller polls its sockets this long before it sleeps (less latency, more CPU).
 #define R2CC_TRANSPORT_OPTIONS(X)          \
   X(size_t, chunk_bytes, 256 * 1024)       \
   X(size_t, window_bytes, 1024 * 1024)     \
@@ -189,6 +191,7 @@ class Transport {
  private:
   struct Conn;
   struct Peer;
+  struct RxStream;
   struct AckItem {
     uint64_t seq;
     uint64_t idx;
@@ -254,6 +257,7 @@ class Transport {
   // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
   void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   void spin_until_any_done(const Op* ops, size_t n) const;  // lock free; up to spin_us
+  bool any_op_done(const Op* ops, size_t n) const;  // lock free (atomics only)
   void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
   void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
   void forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now);
@@ -261,15 +265,35 @@ class Transport {
   void release_reader_locked(Peer& p, InMsg& m);
   void finish_chunk_write_locked(const Chunk& chunk);
 
-  // conn_io.cc: one connection's reader and writer. Only they and the inline sender touch a
-  // connected socket (one writer at a time: Conn::writing); none holds mu_ while blocked on
-  // the socket; an I/O error fails the rail, never the group.
-  void reader_loop(Conn& c);
+  // rx_loop.cc: the receive side of every socket: one epoll set, one-shot per stream (the
+  // thread that took a stream's event owns it until it re-arms). Handlers never block and
+  // never hold mu_ inside recv(); an I/O error fails the rail, never the group.
+  void rx_loop();
+  void rx_handle(RxStream& s);
+  // A waiting caller reads its own bytes (no hand-off from the receive thread): at most one
+  // caller drives at a time; the receive thread stands aside meanwhile. Blocks up to
+  // timeout_ms (after spinning up to spin_us), lock free; returns after any progress or a bell.
+  bool rx_start_driving_locked();
+  void rx_stop_driving_locked();
+  void rx_readmit_locked(int64_t now);  // watchdog: the receive thread back in after a quiet spell
+  void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
+  void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
+  std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
+  void rx_start_locked(Conn& c, int fd);   // a socket was installed: a stream for it
+  void rx_arm_locked(RxStream& s);
+  void rx_retire_locked(RxStream& s);      // frees s: its socket was failed or replaced
+  void rx_release_claim_locked(RxStream& s, bool incomplete);  // out of the caller's buffer
+  void rx_drop_idle_claims_locked();       // the group died: nobody stays in a caller's buffer
+  std::string rx_data_begin_locked(RxStream& s);  // claims the chunk, or picks the scratch
+  void rx_data_done_locked(RxStream& s);
+
+  // conn_io.cc: one connection's writer. Only it and the inline sender write to a connected
+  // socket (one at a time: Conn::writing); neither holds mu_ while blocked on the socket; an
+  // I/O error fails the rail, never the group.
   void writer_loop(Conn& c);
   // Runs session(lk, epoch, fd) for every socket installed in c in turn, lk held on entry and
   // exit, the socket kept open meanwhile; returns at close().
   void serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session);
-  std::string read_data(Conn& c, uint64_t epoch, int fd, const FrameHeader& h, std::vector<char>& scratch);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
   size_t window_for_locked(const Conn& c) const;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
@@ -304,6 +328,7 @@ class Transport {
   Counters counters_;
   uint64_t call_seq_ = 0;  // collectives begun so far (the current one's number)
   CallDesc call_desc_;     // the current call
+  std::array<std::pair<uint64_t, CallDesc>, 64> call_history_{};  // recent collectives by number
   uint64_t cur_seq_ = 0;   // call_seq_ for a collective, kP2PSeq for send/recv
   std::atomic<bool> stopping_{false};
   // Set with error_: from then on no thread touches a caller's buffer (callers free them
@@ -311,6 +336,19 @@ class Transport {
   std::atomic<bool> aborted_{false};
   bool connect_started_ = false;
   std::vector<std::thread> threads_;
+  // Receive sets. epfd_ holds every stream's socket (one-shot). The receive thread sleeps on
+  // rx_ep_ = {epfd_, wake_fd_}; a driving caller on caller_ep_ = {epfd_, caller_bell_}, and
+  // takes epfd_ out of rx_ep_ while it drives (and for a quiet spell after), so data wakes the
+  // caller and only the caller.
+  int epfd_ = -1;
+  int rx_ep_ = -1;
+  int caller_ep_ = -1;
+  int wake_fd_ = -1;      // eventfd: written at close() so the receive thread returns at once
+  int caller_bell_ = -1;  // eventfd: rung when another thread completed or failed something
+  bool caller_driving_ = false;
+  bool rx_admitted_ = true;         // epfd_ is in rx_ep_
+  int64_t last_drive_end_ns_ = 0;
+  std::vector<std::unique_ptr<RxStream>> rx_streams_;  // one per socket not yet retired
   std::atomic<int> handshakes_active_{0};
 };
 

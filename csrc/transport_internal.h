@@ -40,10 +40,11 @@ struct Transport::Conn {
   void note_tx(int64_t now, int64_t pause_ns) {
     if (now - tx_done_ns.exchange(now) > pause_ns) tx_resume_ns.store(now);
   }
+  RxStream* rx = nullptr;  // the receive stream of the current socket (rx_loop.cc)
   int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   int64_t last_probe_ns = 0;
-  int64_t last_echoed_ns = 0;  // the peer's clock on the last heartbeat we echoed (reader thread only)
+  int64_t last_echoed_ns = 0;  // the peer's clock on the last heartbeat we echoed (the stream's owner only)
   // stats
   ConnStats st;
   int64_t busy_since_ns = 0;  // inflight went non-empty
@@ -53,6 +54,27 @@ struct Transport::Conn {
   uint64_t bw_ref_acked = 0;
   int64_t bw_ref_busy = 0;
   uint64_t bw_ref_periods = 0;
+  uint64_t bw_ref_chunks = 0;
+};
+
+// One installed socket's receive side: a frame parser that keeps its place between events.
+// The thread that took its one-shot event owns it (busy); others touch it only under mu_ while
+// it is idle.
+struct Transport::RxStream {
+  enum class Phase { kHeader, kPayload, kAbortReason };
+  Conn* conn = nullptr;
+  int fd = -1;
+  uint64_t epoch = 0;  // the Conn's epoch at install: when it moves on, the stream retires
+  bool busy = false;
+  Phase phase = Phase::kHeader;
+  FrameHeader h{};
+  size_t have = 0;  // bytes of the current header, payload or reason read so far
+  std::shared_ptr<InMsg> msg;  // kPayload: the message the chunk belongs to (null: already complete)
+  size_t idx = 0;
+  bool urgent = false;  // ack at once: the chunk frees window space at the sender
+  char* dest = nullptr;  // the claimed chunk in the message's buffer; null: into scratch
+  std::vector<char> scratch;
+  std::string reason;
 };
 
 struct Transport::Peer {

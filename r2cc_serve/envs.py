@@ -81,7 +81,7 @@ _knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
       "the other copy is already there (no detection delay for decode-sized all_reduces). 0: off.",
       transport="hedge_bytes")
 _knob("R2CC_SPIN_US", 0, int,
-      "A rank waiting for a collective polls for this many microseconds before it sleeps: "
+      "A rank waiting for a collective polls its sockets for this many microseconds before it sleeps: "
       "lower small-message latency where a core is free, CPU taken from the model where none "
       "is. 0 (default): sleep at once, right for serving on a busy machine.",
       transport="spin_us")

@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing as mp
+import random
 import socket
 import traceback
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server started later. Drawn below the kernel's ephemeral range: a port the
+    kernel handed out (bind to 0) may be taken again by any outgoing connection before the
+    server binds it, and on a busy box one was (TCPStore failed with 'address in use')."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for _ in range(200):
+        port = random.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range after 200 tries")
 
 
 def _child(fn, rank, world, port, args, q):
     from torch.distributed import TCPStore
 
     try:
-        store = TCPStore("127.0.0.1", port, world, rank == 0, timeout=datetime.timedelta(seconds=60))
+        store = TCPStore("127.0.0.1", port, world, False, timeout=datetime.timedelta(seconds=60))
         q.put((rank, True, fn(rank, world, store, *args)))
     except BaseException as exc:  # report everything, the parent decides
         q.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -32,7 +43,12 @@ def _child(fn, rank, world, port, args, q):
 def run_ranks(fn, world: int, *args, timeout: float = 120.0):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = free_port()
+    from torch.distributed import TCPStore
+
+    # The parent holds the store on a port the kernel picks at bind time: nothing can race it.
+    master = TCPStore("127.0.0.1", 0, world, True, wait_for_workers=False,
+                      timeout=datetime.timedelta(seconds=60))
+    port = master.port
     procs = [ctx.Process(target=_child, args=(fn, r, world, port, args, q), daemon=True) for r in range(world)]
     for p in procs:
         p.start()

@@ -1,0 +1,403 @@
+// The receive side of every connection of the rank: one epoll set, one receive thread.
+//
+// Each installed socket has an RxStream: a frame parser that keeps its place across calls, so
+// a thread handles whatever bytes are in the kernel and moves on (it never waits for the rest
+// of a frame). A stream's epoll registration is one-shot: the thread that took its event owns
+// the stream (busy) until it re-arms it, so one stream is never read by two threads. This
+// replaced a reader thread per connection (at 4 hosts x 4 rails, 12 readers per rank, each
+// waking per arriving segment and every 10 ms when idle).
+//
+// Contract: handlers never block and never hold mu_ while in recv(); an I/O error fails the
+// rail (fail_conn_locked), never the group. A stream whose socket was failed or replaced (the
+// epoch moved on) is retired by the next thread that sees it: its chunk claim released, its
+// registration removed, its socket released. Chunks go straight into the receiver's buffer
+// when they can (or a stash before the receive is posted), as before.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "net.h"
+#include "transport_internal.h"
+
+namespace r2cc {
+
+namespace {
+constexpr int64_t kEchoEveryNs = 100000000;  // heartbeat echoes (RTT samples): ~10 per second per rail
+// A handler moves at most this much before re-arming, so one busy rail cannot hold a thread.
+constexpr size_t kRxBudgetBytes = 1 << 20;
+constexpr int kIdleWaitMs = 100;
+// A caller that stopped driving this long ago is not coming back soon: the receive thread
+// takes over (acks, heartbeats, control frames and early data do not wait longer than this).
+constexpr int64_t kRxReadmitNs = 10000000;
+}  // namespace
+
+void Transport::rx_start_locked(Conn& c, int fd) {
+  auto s = std::make_unique<RxStream>();
+  s->conn = &c;
+  s->fd = fd;
+  s->epoch = c.epoch.load();
+  use_fd_locked(c, fd);  // released when the stream retires
+  c.rx = s.get();
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.ptr = s.get();
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  rx_streams_.push_back(std::move(s));
+}
+
+void Transport::rx_arm_locked(RxStream& s) {
+  // No receive low-water mark: it suppresses the readiness a stalled frame needs (the kernel
+  // also clamps the window to it), and a bench with a rail going down hung on it.
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.ptr = &s;
+  epoll_ctl(epfd_, EPOLL_CTL_MOD, s.fd, &ev);
+}
+
+void Transport::rx_release_claim_locked(RxStream& s, bool incomplete) {
+  if (!s.dest) return;
+  // An incomplete chunk goes back to nobody: the sender re-sends it on another rail.
+  if (incomplete && s.msg->state[s.idx] == kChunkClaimed) s.msg->state[s.idx] = kChunkNone;
+  s.dest = nullptr;
+  if (s.scratch.size() < s.h.len) s.scratch.resize(s.h.len);
+  release_reader_locked(*peers_[s.conn->peer], *s.msg);
+}
+
+void Transport::rx_retire_locked(RxStream& s) {
+  Conn& c = *s.conn;
+  rx_release_claim_locked(s, true);
+  s.msg.reset();
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, s.fd, nullptr);
+  if (c.rx == &s) c.rx = nullptr;
+  release_fd_locked(c, s.fd);
+  rx_streams_.erase(std::find_if(rx_streams_.begin(), rx_streams_.end(),
+                                 [&](const std::unique_ptr<RxStream>& x) { return x.get() == &s; }));
+}
+
+namespace {
+// Handles what epfd_ has ready now (never blocks); returns how many streams it handled.
+template <typename Handle>
+int handle_ready(int epfd, const Handle& handle) {
+  epoll_event evs[16];
+  const int n = epoll_wait(epfd, evs, 16, 0);
+  for (int i = 0; i < n; ++i) handle(evs[i].data.ptr);
+  return std::max(n, 0);
+}
+thread_local bool tl_driving = false;  // this thread is the driving caller (it needs no bell)
+}  // namespace
+
+void Transport::rx_loop() {
+  epoll_event ev[2];
+  while (!stopping_.load()) {
+    // epfd_ is in rx_ep_ only while no caller drives: then its data wakes this thread.
+    if (epoll_wait(rx_ep_, ev, 2, kIdleWaitMs) <= 0) continue;
+    handle_ready(epfd_, [this](void* s) { rx_handle(*static_cast<RxStream*>(s)); });
+  }
+}
+
+void Transport::notify_done_locked() {
+  done_cv_.notify_all();
+  if (caller_driving_ && !tl_driving) {
+    const uint64_t one = 1;
+    if (write(caller_bell_, &one, sizeof(one)) < 0) {}  // a full counter is still a rung bell
+  }
+}
+
+bool Transport::rx_start_driving_locked() {
+  if (caller_driving_ || stopping_) return false;  // another caller drives: wait on done_cv_
+  caller_driving_ = true;
+  tl_driving = true;
+  if (rx_admitted_) {
+    rx_admitted_ = false;
+    epoll_ctl(rx_ep_, EPOLL_CTL_DEL, epfd_, nullptr);
+  }
+  return true;
+}
+
+void Transport::rx_stop_driving_locked() {
+  tl_driving = false;
+  caller_driving_ = false;
+  last_drive_end_ns_ = now_ns();
+  // The receive thread is re-admitted only after a quiet spell (rx_readmit_locked): between
+  // back-to-back collectives the next message then waits in the socket for this caller, who
+  // reads it straight into the posted buffer, instead of waking that thread to stash it.
+  done_cv_.notify_all();  // a second waiter may drive now; close() waits for the driver to leave
+}
+
+void Transport::rx_readmit_locked(int64_t now) {
+  if (rx_admitted_ || caller_driving_ || stopping_ || now - last_drive_end_ns_ < kRxReadmitNs) return;
+  rx_admitted_ = true;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = epfd_;
+  epoll_ctl(rx_ep_, EPOLL_CTL_ADD, epfd_, &ev);  // wakes the receive thread if data is waiting
+}
+
+void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
+  auto handle = [this](void* s) { rx_handle(*static_cast<RxStream*>(s)); };
+  if (handle_ready(epfd_, handle) > 0) return;
+  if (opt_.spin_us > 0) {
+    // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us.
+    const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
+    epoll_event ev[2];
+    while (now_ns() < until && !aborted_.load() && !stopping_.load()) {
+      if (epoll_wait(caller_ep_, ev, 2, 0) > 0) break;
+      if (any_op_done(ops, n)) return;
+    }
+  }
+  epoll_event ev[2];
+  const int k = epoll_wait(caller_ep_, ev, 2, timeout_ms);
+  for (int i = 0; i < k; ++i)
+    if (ev[i].data.fd == caller_bell_) {
+      uint64_t v;
+      if (read(caller_bell_, &v, sizeof(v)) < 0) {}
+    }
+  handle_ready(epfd_, handle);
+}
+
+void Transport::rx_handle(RxStream& s) {
+  Conn& c = *s.conn;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) return;  // close() frees every stream
+    if (s.epoch != c.epoch.load()) return rx_retire_locked(s);
+    s.busy = true;
+  }
+  std::string err;
+  size_t budget = kRxBudgetBytes;
+  while (err.empty() && budget > 0 && !stopping_.load() && c.epoch.load() == s.epoch) {
+    char* at = nullptr;
+    size_t want = 0;
+    switch (s.phase) {
+      case RxStream::Phase::kHeader:
+        at = reinterpret_cast<char*>(&s.h);
+        want = sizeof(FrameHeader);
+        break;
+      case RxStream::Phase::kPayload:
+        if (s.dest && (s.msg->superseded[s.idx].load() || aborted_.load())) {
+          // Another rail completed this chunk (or the group died): out of the buffer, and
+          // what is left of the frame goes aside so the stream stays in step.
+          std::lock_guard<std::mutex> g(mu_);
+          rx_release_claim_locked(s, false);
+        }
+        at = s.dest ? s.dest : s.scratch.data();
+        want = s.h.len;
+        break;
+      case RxStream::Phase::kAbortReason:
+        at = s.reason.data();
+        want = s.reason.size();
+        break;
+    }
+    const ssize_t r = recv(s.fd, at + s.have, want - s.have, 0);
+    if (r > 0) {
+      s.have += size_t(r);
+      budget -= std::min(budget, size_t(r));
+      c.last_rx_ns.store(now_ns());
+      if (s.have == want) err = rx_frame_done(s);
+      continue;
+    }
+    if (r == 0) err = "connection closed by peer";
+    else if (errno == EINTR) continue;
+    else if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    else err = "recv: " + errno_str(errno);
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  s.busy = false;
+  if (!err.empty())
+    fail_conn_locked(c, s.epoch,
+                     "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);
+  if (stopping_) return;
+  if (s.epoch != c.epoch.load()) return rx_retire_locked(s);
+  if (s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load()))
+    rx_release_claim_locked(s, false);
+  rx_arm_locked(s);
+}
+
+std::string Transport::rx_frame_done(RxStream& s) {
+  Conn& c = *s.conn;
+  Peer& p = *peers_[c.peer];
+  const FrameHeader& h = s.h;
+  s.have = 0;
+  if (s.phase == RxStream::Phase::kPayload) {
+    s.phase = RxStream::Phase::kHeader;
+    std::lock_guard<std::mutex> g(mu_);
+    rx_data_done_locked(s);
+    return "";
+  }
+  if (s.phase == RxStream::Phase::kAbortReason) {
+    s.phase = RxStream::Phase::kHeader;
+    std::lock_guard<std::mutex> g(mu_);
+    set_error_locked(error_kind_from_wire(h.offset), s.reason);
+    return "";
+  }
+  if (h.magic != kFrameMagic) return "corrupt frame (bad magic)";
+  switch (FrameType(h.type)) {
+    case FrameType::kData: {
+      std::string err;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        err = rx_data_begin_locked(s);
+      }
+      if (!err.empty()) return err;
+      s.phase = RxStream::Phase::kPayload;
+      return h.len == 0 ? rx_frame_done(s) : "";
+    }
+    case FrameType::kAck:
+    case FrameType::kAckAll: {
+      std::lock_guard<std::mutex> g(mu_);
+      on_ack_locked(p, h.seq, h.offset, FrameType(h.type) == FrameType::kAckAll);
+      return "";
+    }
+    case FrameType::kHeartbeat: {
+      // Echo a few per second (the RTT estimate needs no more): an echo per heartbeat
+      // woke this rail's writer and the peer's reader 200 times a second for nothing.
+      const int64_t sent = int64_t(h.offset);
+      if (sent - c.last_echoed_ns < kEchoEveryNs && sent >= c.last_echoed_ns) return "";
+      std::lock_guard<std::mutex> g(mu_);
+      c.last_echoed_ns = sent;
+      if (c.epoch.load() == s.epoch) c.ctrl.push_back(control_frame(FrameType::kHeartbeatEcho, 0, h.offset));
+      p.cv.notify_all();
+      return "";
+    }
+    case FrameType::kHeartbeatEcho: {
+      const double rtt = double(now_ns() - int64_t(h.offset)) * 1e-9;
+      std::lock_guard<std::mutex> g(mu_);
+      c.st.rtt_s = c.st.rtt_s == 0 ? rtt : 0.8 * c.st.rtt_s + 0.2 * rtt;
+      return "";
+    }
+    case FrameType::kAbort:
+      s.reason.assign(std::min(h.len, kMaxAbortReason), '\0');
+      s.phase = RxStream::Phase::kAbortReason;
+      if (s.reason.empty()) return rx_frame_done(s);
+      return "";
+    case FrameType::kGoodbye: {
+      std::lock_guard<std::mutex> g(mu_);
+      peer_closed_locked(p);
+      return "";
+    }
+    case FrameType::kDrain:
+    case FrameType::kUndrain: {
+      // The peer drained (or undrained) its end of this rail: the link is out of
+      // use in both directions, and this side's state says so too.
+      std::lock_guard<std::mutex> g(mu_);
+      c.peer_drained = FrameType(h.type) == FrameType::kDrain;
+      if (c.peer_drained && c.state == RailState::kUp)
+        c.state = c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
+      else if (!c.peer_drained && !rail_drained_[c.rail] &&
+               (c.state == RailState::kDraining || c.state == RailState::kDrained))
+        c.state = RailState::kUp;
+      p.cv.notify_all();
+      return "";
+    }
+    default:
+      return "corrupt frame (unknown type " + std::to_string(h.type) + ")";
+  }
+}
+
+std::string Transport::rx_data_begin_locked(RxStream& s) {
+  Conn& c = *s.conn;
+  Peer& p = *peers_[c.peer];
+  const FrameHeader& h = s.h;
+  if (h.chunk_bytes == 0 || h.offset % h.chunk_bytes != 0 || h.offset + h.len > h.total)
+    return "corrupt data frame (offset/length out of range)";
+  s.idx = h.offset / h.chunk_bytes;
+  s.urgent = h.total > opt_.small_msg_bytes;
+  s.msg.reset();
+  s.dest = nullptr;
+  if (!p.is_done(h.seq)) {
+    auto& slot = p.in[h.seq];
+    if (!slot) {  // arrived before the receive was posted: keep it in a stash
+      slot = std::make_shared<InMsg>();
+      slot->peer = c.peer;
+      slot->seq = h.seq;
+      slot->len = h.total;
+      slot->stash.reset(new char[h.total]);  // not zero-filled: every byte will be written
+      slot->data = slot->stash.get();
+    }
+    std::shared_ptr<InMsg> m = slot;
+    if (!m->known) {
+      m->sent_seq = h.call_seq;
+      m->sent_desc = h.call_desc;
+      check_call_locked(p, *m);  // on a mismatch the group aborts: nothing below claims the chunk
+    }
+    if (error_.empty() && m->len != h.total) {
+      set_error_locked(ErrorKind::kCallMismatch,
+                       "r2cc: rank " + std::to_string(c.peer) + " sent " + std::to_string(h.total) +
+                           " bytes but rank " + std::to_string(rank_) + " expected " + std::to_string(m->len) +
+                           " (the ranks called different collectives or shapes)");
+      return "message size mismatch";
+    }
+    if (!m->known) {
+      m->known = true;
+      m->chunk = h.chunk_bytes;
+      m->nchunks = num_chunks(m->len, m->chunk);
+      m->state.assign(m->nchunks, kChunkNone);
+      m->superseded.reset(new std::atomic<bool>[m->nchunks]);
+      for (size_t i = 0; i < m->nchunks; ++i) m->superseded[i] = false;
+    }
+    if (m->chunk != h.chunk_bytes || s.idx >= m->nchunks) return "corrupt data frame (chunking changed)";
+    s.msg = m;
+    if (m->state[s.idx] == kChunkNone && !aborted_) {
+      // Claimed: straight into the destination, unless another rail completes it first.
+      m->state[s.idx] = kChunkClaimed;
+      m->active_readers++;
+      s.dest = m->data + h.offset;
+    }
+  }
+  if (!s.dest && s.scratch.size() < h.len) s.scratch.resize(h.len);
+  return "";
+}
+
+void Transport::rx_data_done_locked(RxStream& s) {
+  Conn& c = *s.conn;
+  Peer& p = *peers_[c.peer];
+  const FrameHeader& h = s.h;
+  std::shared_ptr<InMsg> m = std::move(s.msg);
+  char* dest = s.dest;
+  s.dest = nullptr;
+  c.st.bytes_recv += h.len;
+  if (!m) {  // whole message already complete: only re-acknowledge
+    enqueue_ack_locked(p, h.seq, s.idx, false, s.urgent);
+    return;
+  }
+  auto complete_chunk = [&] {
+    m->state[s.idx] = kChunkDone;
+    m->nrecv++;
+    enqueue_ack_locked(p, h.seq, s.idx, false, s.urgent);
+  };
+  if (dest) {
+    if (m->state[s.idx] == kChunkClaimed) complete_chunk();
+    release_reader_locked(p, *m);
+    return;
+  }
+  if (aborted_) return;  // after an abort the buffer may be gone
+  if (m->state[s.idx] == kChunkDone) {
+    enqueue_ack_locked(p, h.seq, s.idx, false, s.urgent);  // duplicate: the sender may have lost the first ack
+    return;
+  }
+  // First complete copy. If another stream holds the claim, it is stuck mid-chunk on a silent
+  // rail: this copy wins (same bytes) and that stream is told to stand aside.
+  std::memcpy(m->data + h.offset, s.scratch.data(), h.len);
+  const bool claimed_elsewhere = m->state[s.idx] == kChunkClaimed;
+  if (claimed_elsewhere) m->superseded[s.idx] = true;
+  complete_chunk();
+  if (claimed_elsewhere) {
+    // An idle claimer gets no event while its rail is silent: release it here.
+    for (auto& other : p.conns) {
+      RxStream* x = other->rx;
+      if (x && !x->busy && x->msg == m && x->idx == s.idx && x->dest) rx_release_claim_locked(*x, false);
+    }
+  }
+  if (m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
+}
+
+void Transport::rx_drop_idle_claims_locked() {
+  for (auto& s : rx_streams_)
+    if (!s->busy && s->dest) rx_release_claim_locked(*s, true);
+}
+
+}  // namespace r2cc
