@@ -82,6 +82,30 @@ size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& f
   return frames.size() - before;
 }
 
+int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now) {
+  if (!is_connected(c.state) || c.writing) return 0;
+  const int space = send_space(c.fd) - 4096;
+  if (space < int(sizeof(FrameHeader))) return 0;
+  std::vector<FrameHeader> frames;
+  if (lead.magic == kFrameMagic) frames.push_back(lead);
+  const size_t acks = take_acks_locked(c, p, frames, now, size_t(space) / sizeof(FrameHeader));
+  if (frames.empty()) return 1;
+  const int sent = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
+  if (sent == 1) {
+    c.last_tx_ns = now;
+    c.note_tx(now, int64_t(opt_.rail_timeout_ms) * 1000000 / 2);
+  } else if (sent == 0) {  // nothing left: the acks go back in front, in order
+    for (size_t i = frames.size(); i-- > frames.size() - acks;) {
+      p.acks.push_front(c.acks_carried.back().second);
+      c.acks_carried.pop_back();
+    }
+  } else {
+    fail_conn_locked(c, c.epoch.load(),
+                     "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed");
+  }
+  return sent;
+}
+
 // ---- writer ----------------------------------------------------------------
 
 size_t Transport::window_for_locked(const Conn& c) const {

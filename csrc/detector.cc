@@ -133,24 +133,8 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   // (small messages' acks wait for this, at most heartbeat_ms). Room in the send buffer
   // makes a partial write impossible.
   const int64_t hb_ns = ms_ns(opt_.heartbeat_ms);
-  if (!is_connected(c.state) || c.writing || now - c.last_tx_ns < hb_ns) return;
-  const int space = send_space(c.fd) - 4096;
-  if (space < int(sizeof(FrameHeader))) return;
-  std::vector<FrameHeader> frames{control_frame(FrameType::kHeartbeat, 0, uint64_t(now))};
-  const size_t acks = take_acks_locked(c, p, frames, now, size_t(space) / sizeof(FrameHeader));
-  const int sent = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
-  if (sent == 1) {
-    c.last_tx_ns = now;
-    c.note_tx(now, ms_ns(opt_.rail_timeout_ms) / 2);
-  } else if (sent == 0) {  // nothing left: the acks go back in front, in order
-    for (size_t i = frames.size(); i-- > frames.size() - acks;) {
-      p.acks.push_front(c.acks_carried.back().second);
-      c.acks_carried.pop_back();
-    }
-  }
-  if (sent < 0)
-    fail_conn_locked(c, c.epoch.load(),
-                     "heartbeat to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed");
+  if (now - c.last_tx_ns < hb_ns) return;
+  send_frames_now_locked(c, p, control_frame(FrameType::kHeartbeat, 0, uint64_t(now)), now);
 }
 
 void Transport::update_bandwidth_locked(Conn& c, int64_t now) {

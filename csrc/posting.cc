@@ -100,16 +100,27 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   op.out = m;
   // A one-chunk message goes out from this thread when a rail is idle: saves a
   // thread wake-up, which is most of a small message's latency.
-  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk)) {
+  if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk, InlineSend::kAny)) {
     // A small message also goes out on a second rail: if the first one dies, the
     // copy is already on its way and nobody waits for the failure to be detected.
     // (Only copied messages: their bytes stay valid however long the copy takes.)
     if (len <= opt_.hedge_bytes && !m->owned.empty() && m->on_rail[0] >= 0 && !m->done)
-      try_send_inline(p, Chunk{m, 0}, lk, true);
+      try_send_inline(p, Chunk{m, 0}, lk, InlineSend::kHedge);
     return op;
   }
   for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
-  p.cv.notify_all();
+  // The first chunks of a larger message go out from this thread too, one per rail whose
+  // socket has room for all of it (the write does not block); the writers take the rest.
+  for (int sent = 0; sent < num_rails() && !p.queue.empty() && error_.empty(); ++sent) {
+    const Chunk next = p.queue.front();
+    p.queue.pop_front();
+    if (next.msg->done || next.msg->acked[next.idx]) continue;
+    if (!try_send_inline(p, next, lk, InlineSend::kIfRoom)) {
+      p.queue.push_front(next);
+      break;
+    }
+  }
+  if (!p.queue.empty()) p.cv.notify_all();
   return op;
 }
 
@@ -117,13 +128,17 @@ void Transport::finish_chunk_write_locked(const Chunk& chunk) {
   if (--chunk.msg->active_writers == 0 && chunk.msg->done) notify_done_locked();
 }
 
-bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge) {
+bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode) {
+  const bool hedge = mode == InlineSend::kHedge;
   const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
+  // Room: twice the chunk, as the kernel's count of free buffer includes its own overhead.
+  const int room = int(2 * chunk.msg->chunk_len(chunk.idx) + 4096);
   Conn* best = nullptr;
   for (auto& c : p.conns)
     if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
         c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
-        (!best || c->inflight_bytes < best->inflight_bytes))
+        (!best || c->inflight_bytes < best->inflight_bytes) &&
+        (mode != InlineSend::kIfRoom || send_space(c->fd) >= room))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;
@@ -146,8 +161,10 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   if (!err.empty())
     fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
                                    " failed: " + err);
-  // Wake this peer's writers only when one may have work that waited for the socket.
-  if (!err.empty() || !p.queue.empty() || !c.ctrl.empty() || !c.ctrl_abort.empty()) p.cv.notify_all();
+  // Wake this peer's writers only when one may have work that waited for the socket (a
+  // kIfRoom caller wakes them once, after its last chunk).
+  if (!err.empty() || (mode != InlineSend::kIfRoom && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
+    p.cv.notify_all();
   return true;
 }
 
@@ -307,8 +324,10 @@ void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all
   p.acks.push_back(AckItem{seq, idx, all});
   // Acks of small chunks ride on the next write or heartbeat (<= heartbeat_ms):
   // their sender does not wait for them, and waking a writer per tiny message
-  // costs more than the message. Large chunks free window space: ack at once.
-  if (urgent) p.cv.notify_one();
+  // costs more than the message. Large chunks free window space: ack at once, from a
+  // driving caller itself once it has read what is ready (rx_handle), else by a writer.
+  if (urgent && !rx_on_driving_thread()) p.cv.notify_one();
+  if (urgent) p.acks_urgent = true;
 }
 
 void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {

@@ -215,7 +215,16 @@ void Transport::rx_handle(RxStream& s) {
   if (s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load()))
     rx_release_claim_locked(s, false);
   rx_arm_locked(s);
+  Peer& p = *peers_[c.peer];
+  if (tl_driving && p.acks_urgent && !p.acks.empty()) {
+    // Acks that free the sender's window go out now from this thread, on the rail they came
+    // by when its socket is free: no writer wake-up per chunk.
+    if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.cv.notify_one();
+  }
+  if (p.acks.empty()) p.acks_urgent = false;
 }
+
+bool Transport::rx_on_driving_thread() { return tl_driving; }
 
 std::string Transport::rx_frame_done(RxStream& s) {
   Conn& c = *s.conn;

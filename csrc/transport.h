@@ -252,8 +252,10 @@ class Transport {
   void check_peer(int peer) const;  // throws invalid_argument
   void check_call_locked(Peer& p, const InMsg& m);  // a mismatch aborts the group
   // Writes one chunk from the posting thread when a rail is idle (unlocks lk while writing);
-  // false when no rail could take it now.
-  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, bool hedge = false);
+  // false when no rail could take it now. kHedge: a second copy, on another rail; kIfRoom: only
+  // on a rail whose socket buffer has room for the whole chunk (the write does not block).
+  enum class InlineSend { kAny, kHedge, kIfRoom };
+  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode);
   // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
   void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   void spin_until_any_done(const Op* ops, size_t n) const;  // lock free; up to spin_us
@@ -275,7 +277,8 @@ class Transport {
   // timeout_ms (after spinning up to spin_us), lock free; returns after any progress or a bell.
   bool rx_start_driving_locked();
   void rx_stop_driving_locked();
-  void rx_readmit_locked(int64_t now);  // watchdog: the receive thread back in after a quiet spell
+  void rx_readmit_locked(int64_t now);
+  static bool rx_on_driving_thread();  // the calling thread is the driving caller  // watchdog: the receive thread back in after a quiet spell
   void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
   void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
   std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
@@ -305,6 +308,10 @@ class Transport {
   size_t take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
                           size_t max_total = 512);
   std::function<void()> sent_progress(Conn& c) const;  // for write loops: bytes left for the kernel
+  // Sends `lead` (unless its magic is 0) and the acks owed to p on c right now, from this thread
+  // and without blocking: room in the send buffer makes a partial write impossible. 1: sent (or
+  // nothing to send); 0: no room or the socket is busy (acks stay owed); -1: the rail failed.
+  int send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now);
   std::string stopped_chunk_reason() const;
 
   int rank_, world_;

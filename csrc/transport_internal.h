@@ -86,6 +86,7 @@ struct Transport::Peer {
   uint64_t done_floor = 0;                           // every seq below is complete
   std::set<uint64_t> done_above;                     // complete seqs >= done_floor
   std::deque<AckItem> acks;                          // to send, on any rail
+  bool acks_urgent = false;                          // some owed ack frees window space at the sender
   std::vector<std::unique_ptr<Conn>> conns;          // one per rail
   std::condition_variable cv;                        // this peer's writers wait here
   int64_t no_link_since_ns = 0;                      // 0 while some rail is connected

@@ -129,6 +129,14 @@ def test_admin_rails_actions_errors_metrics(admin):
     assert r.status_code == 409 and "last healthy rail" in r.json()["detail"], r.text
     for k in (0, 1):
         assert c.post(api + f"/rails/rank0/{k}/undrain", headers=auth).status_code == 200
+    # undrain reaches the peer by a frame, like drain: effective on both ranks within 1 s
+    t0 = time.time()
+    while time.time() - t0 < 1.0:
+        states = {(x["host"], x["rail"]): x["state"] for x in c.get(api + "/rails").json()["rails"]}
+        if all(states[(h, k)] == "up" for h in ("rank0", "rank1") for k in (0, 1)):
+            break
+        time.sleep(0.02)
+    assert all(states[(h, k)] == "up" for h in ("rank0", "rank1") for k in (0, 1)), states
 
     # failover + restore
     assert c.post(api + "/rails/rank1/2/failover", headers=auth).status_code == 200
