@@ -131,6 +131,8 @@ void Transport::finish_chunk_write_locked(const Chunk& chunk) {
 bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode) {
   const bool hedge = mode == InlineSend::kHedge;
   const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
+  // kIfRoom takes idle rails only: one that had room for every chunk took them all (1 MiB at
+  // 1gbit went out on one rail), and the others' buffers, never used, never grew to have room.
   // Room: twice the chunk, as the kernel's count of free buffer includes its own overhead.
   const int room = int(2 * chunk.msg->chunk_len(chunk.idx) + 4096);
   Conn* best = nullptr;
@@ -138,7 +140,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
     if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
         c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
         (!best || c->inflight_bytes < best->inflight_bytes) &&
-        (mode != InlineSend::kIfRoom || send_space(c->fd) >= room))
+        (mode != InlineSend::kIfRoom || (c->inflight_bytes == 0 && send_space(c->fd) >= room)))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;
