@@ -54,17 +54,17 @@ namespace {
 void all_reduce_one_shot(Transport& t, const char* src, char* dst, size_t count, DType dt, RedOp op) {
   const int p = t.world(), me = t.rank();
   const size_t bytes = count * dtype_size(dt);
-  std::unique_ptr<char[]> theirs(new char[size_t(p) * bytes]);  // no zero-fill: fully overwritten
+  char* const theirs = t.scratch(size_t(p) * bytes);  // fully overwritten
   std::vector<Op> recvs, sends;
   for (int k = 1; k < p; ++k) {
     const int q = (me + k) % p;
-    recvs.push_back(t.post_recv(q, theirs.get() + size_t(q) * bytes, bytes));
+    recvs.push_back(t.post_recv(q, theirs + size_t(q) * bytes, bytes));
   }
   for (int k = 1; k < p; ++k) sends.push_back(t.post_send((me + k) % p, src, bytes));
   wait_all(t, recvs);
   if (dst == src) wait_all(t, sends);  // in place: the input must not change under a send
   std::vector<const void*> inputs(p);
-  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src : theirs.get() + size_t(r) * bytes;
+  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src : theirs + size_t(r) * bytes;
   reduce_in_order(dt, op, dst, inputs.data(), p, count);
   wait_all(t, sends);
 }
@@ -92,9 +92,9 @@ void all_reduce(Transport& t, const void* in, void* out, size_t count, DType dt,
     return Range{s.begin + r.begin, s.begin + r.end};
   };
   // Other ranks' copies of my segment, laid out by rank.
-  std::unique_ptr<char[]> contrib(new char[size_t(p) * max_seg * es]);  // no zero-fill: fully overwritten
+  char* const contrib = t.scratch(size_t(p) * max_seg * es);  // fully overwritten
   const Range mine = part(count, p, me);
-  auto contrib_at = [&](int r, const Range& rg) { return contrib.get() + (size_t(r) * max_seg + (rg.begin - mine.begin)) * es; };
+  auto contrib_at = [&](int r, const Range& rg) { return contrib + (size_t(r) * max_seg + (rg.begin - mine.begin)) * es; };
 
   std::vector<std::vector<Op>> rs_recv(nslices);
   std::vector<Op> sends, ag_recv;
@@ -148,11 +148,11 @@ void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType
   const int p = t.world(), me = t.rank();
   const size_t es = dtype_size(dt), bytes = count * es;
   const char* src = static_cast<const char*>(in);
-  std::unique_ptr<char[]> contrib(new char[size_t(p) * bytes]);
+  char* const contrib = t.scratch(size_t(p) * bytes);  // fully overwritten
   std::vector<Op> recvs, sends;
   for (int k = 1; k < p; ++k) {
     const int q = (me + k) % p;
-    recvs.push_back(t.post_recv(q, contrib.get() + size_t(q) * bytes, bytes));
+    recvs.push_back(t.post_recv(q, contrib + size_t(q) * bytes, bytes));
   }
   for (int k = 1; k < p; ++k) {
     const int q = (me + k) % p;
@@ -160,7 +160,7 @@ void reduce_scatter(Transport& t, const void* in, void* out, size_t count, DType
   }
   wait_all(t, recvs);
   std::vector<const void*> inputs(p);
-  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src + size_t(me) * bytes : contrib.get() + size_t(r) * bytes;
+  for (int r = 0; r < p; ++r) inputs[r] = r == me ? src + size_t(me) * bytes : contrib + size_t(r) * bytes;
   reduce_in_order(dt, op, out, inputs.data(), p, count);
   wait_all(t, sends);
 }

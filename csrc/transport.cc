@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -191,6 +192,16 @@ std::string Transport::error() const {
 ErrorKind Transport::error_kind() const {
   std::lock_guard<std::mutex> g(mu_);
   return error_kind_;
+}
+
+char* Transport::scratch(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  if (bytes > scratch_bytes_ || (scratch_bytes_ > kMaxKeptScratch && bytes <= kMaxKeptScratch)) {
+    scratch_.reset();  // no zero-fill: every collective writes its scratch before reading it
+    scratch_.reset(new char[bytes]);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
 }
 
 void Transport::throw_error_locked() const { throw AbortedError(error_kind_, error_); }

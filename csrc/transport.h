@@ -181,6 +181,13 @@ class Transport {
   std::string error() const;
   ErrorKind error_kind() const;
 
+  // A buffer the collectives reuse from call to call (bytes need not be zero): a fresh one per
+  // call cost a page fault per 4 KiB, ~6% of a 64 MiB all_reduce's CPU at 4 hosts. Valid until
+  // the next call; one collective at a time per transport (the communicator serializes them).
+  // Above kMaxKeptScratch it is allocated for this call only (held until the next call).
+  char* scratch(size_t bytes);
+  static constexpr size_t kMaxKeptScratch = size_t(128) << 20;
+
   std::vector<ConnStats> stats() const;
   std::vector<PeerStats> peer_stats() const;
   Counters counters() const;
@@ -355,7 +362,9 @@ class Transport {
   bool caller_driving_ = false;
   bool rx_admitted_ = true;         // epfd_ is in rx_ep_
   int64_t last_drive_end_ns_ = 0;
-  std::vector<std::unique_ptr<RxStream>> rx_streams_;  // one per socket not yet retired
+  std::vector<std::unique_ptr<RxStream>> rx_streams_;
+  std::unique_ptr<char[]> scratch_;  // see scratch()
+  size_t scratch_bytes_ = 0;  // one per socket not yet retired
   std::atomic<int> handshakes_active_{0};
 };
 
