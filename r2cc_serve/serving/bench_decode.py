@@ -29,9 +29,10 @@ from r2cc_serve.serving.faults import parse_option
 from r2cc_serve.serving.labctx import lab_session
 from r2cc_serve.serving.load import LoadSpec, percentile, compare, run_load
 from r2cc_serve.serving.model_dir import temp_model
+from r2cc_serve.serving.procs import sessions_cpu_s
 from r2cc_serve.serving.scenario import run_with_fault
 
-ROUND_KEYS = ("tokens_per_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s")
+ROUND_KEYS = ("tokens_per_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s", "cpu_s_per_token")
 
 
 def _say(msg: str) -> None:
@@ -113,14 +114,21 @@ def run(args) -> int:
                     load_before = _loadavg()
                     tx_before = _tx_bytes(lab)
                     rails_before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+                    sids = [p.sid for p in dep.procs]
+                    cpu_before = sessions_cpu_s(sids)
                     r = run_load(dep.url, dep.model, spec)
+                    cpu_s = sessions_cpu_s(sids) - cpu_before
                     tx = {k: v - tx_before.get(k, 0) for k, v in _tx_bytes(lab).items()}
                     runs.append(r)
                     s = r.summary()
+                    # Every process of the deployment (API server, engine, workers): what a
+                    # token costs in CPU, the transport's share included.
                     s.update(loadavg_before=load_before, loadavg_after=_loadavg(), host0_tx_bytes=tx,
+                             cpu_s=round(cpu_s, 2), cpu_s_per_token=round(cpu_s / max(s["tokens"], 1), 4),
                              **_rail_health(rails_before, dep))
                     entry["rounds"].append(s)
-                    _say(f"{backend} round {i + 1}/{args.rounds}: {s['tokens_per_s']} tok/s, TPOT p50 "
+                    _say(f"{backend} round {i + 1}/{args.rounds}: {s['tokens_per_s']} tok/s, "
+                         f"{s['cpu_s_per_token'] * 1000:.0f} ms CPU per token, TPOT p50 "
                          f"{_ms(s['tpot_p50_s'])} p99 {_ms(s['tpot_p99_s'])}, ITL p99 {_ms(s['itl_p99_s'])}, "
                          f"{s['failed']} failed (load {load_before})"
                          + (f"; rail failovers {s['rail_failovers']}, fallback bytes {s['fallback_bytes']}"
@@ -171,12 +179,13 @@ def _print(result: dict) -> None:
           f"{'compile' if result['compile'] else 'eager'}, {result['spec']['concurrency']} streams x "
           f"{result['spec']['max_tokens']} tokens, {len(next(iter(b.values()))['rounds'])} rounds x "
           f"{result['spec']['duration_s']:.0f} s (median round)")
-    print(f"{'backend':10} {'tok/s':>8} {'TPOT p50':>9} {'TPOT p99':>9} {'ITL p50':>8} {'ITL p99':>8}  load avg")
+    print(f"{'backend':10} {'tok/s':>8} {'CPU/token':>9} {'TPOT p50':>9} {'TPOT p99':>9} {'ITL p50':>8} "
+          f"{'ITL p99':>8}  load avg")
     for name, e in b.items():
         m = e["median"]
         loads = [r["loadavg_before"] for r in e["rounds"]]
-        print(f"{name:10} {m['tokens_per_s']:8.2f} {_ms(m['tpot_p50_s']):>9} {_ms(m['tpot_p99_s']):>9} "
-              f"{_ms(m['itl_p50_s']):>8} {_ms(m['itl_p99_s']):>8}  {min(loads)}-{max(loads)}")
+        print(f"{name:10} {m['tokens_per_s']:8.2f} {_ms(m['cpu_s_per_token']):>9} {_ms(m['tpot_p50_s']):>9} "
+              f"{_ms(m['tpot_p99_s']):>9} {_ms(m['itl_p50_s']):>8} {_ms(m['itl_p99_s']):>8}  {min(loads)}-{max(loads)}")
     for name, e in b.items():
         tx = e["rounds"][-1]["host0_tx_bytes"]
         print(f"{name}: host 0 sent per interface in the last round: "

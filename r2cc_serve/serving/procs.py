@@ -109,6 +109,24 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
+def sessions_cpu_s(sids: list[int]) -> float:
+    """User + system CPU seconds, so far, of the live processes of these sessions (a process
+    that exits takes its share with it: compare before/after over a window where none should)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        # state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        if len(fields) > 12 and int(fields[3]) in sids:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def log_tail(path: str, lines: int = 30) -> str:
     try:
         with open(path, errors="replace") as f:
