@@ -66,6 +66,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("inflight_bytes", &ConnStats::inflight_bytes)
       .def_readonly("bandwidth_Bps", &ConnStats::bandwidth_Bps)
       .def_readonly("rtt_s", &ConnStats::rtt_s)
+      .def_readonly("suspect_after_s", &ConnStats::suspect_after_s)
       .def_readonly("last_detect_s", &ConnStats::last_detect_s)
       .def_readonly("last_error", &ConnStats::last_error)
       .def_readonly("last_error_time", &ConnStats::last_error_time);

@@ -51,12 +51,24 @@ void Transport::watchdog_loop() {
   }
 }
 
-bool Transport::path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns) const {
-  const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
-  // Judge only after sending without pause for a whole timeout: after a pause of ours the
-  // first bytes may wait for the peer's delayed ACK, which is not the path's fault.
-  if (now - std::max(c.tx_resume_ns.load(), stall_end_ns) <= timeout_ns) return false;
-  if (!pi.ok || int64_t(pi.last_ack_recv_ms) * 1000000 <= timeout_ns) return false;
+int64_t Transport::suspect_after_ns(const PathInfo& pi) const {
+  // Twice the kernel's own retransmission estimate (srtt + 4 rttvar, without its 200 ms
+  // floor): at 4 hosts x 250mbit the rails' queues made round trips of 10-20 ms vary by up
+  // to 11 ms, and a 60 ms gap of ACKs and bytes on a healthy rail then and again failed
+  // it over for nothing. A dead path keeps the estimate it had, so detection stays bounded;
+  // never past peer_silence_ms, when a rail that stays quiet is failed for good.
+  const int64_t floor_ns = ms_ns(opt_.rail_timeout_ms);
+  if (!pi.ok) return floor_ns;
+  const int64_t rto_ns = (int64_t(pi.rtt_us) + 4 * int64_t(pi.rttvar_us)) * 1000;
+  return std::max(floor_ns, std::min(2 * rto_ns, ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms))));
+}
+
+bool Transport::path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns,
+                                 int64_t quiet_ns) const {
+  // Judge only after sending without pause for the whole quiet time: after a pause of ours
+  // the first bytes may wait for the peer's delayed ACK, which is not the path's fault.
+  if (now - std::max(c.tx_resume_ns.load(), stall_end_ns) <= quiet_ns) return false;
+  if (!pi.ok || int64_t(pi.last_ack_recv_ms) * 1000000 <= quiet_ns) return false;
   // Sent and unacknowledged, or stuck unsent with the peer's window open (no route: our
   // own link is down). A zero window is a peer process that stopped reading: not the path.
   return pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
@@ -78,7 +90,14 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
     least_silence = std::min(least_silence, now - c.last_rx_ns.load());
     const int64_t silent = now - std::max(c.last_rx_ns.load(), stall_end_ns);
     // Bytes already queued in the kernel: the peer spoke, our reader is just slow to run.
-    const bool hears = silent < timeout_ns || bytes_readable(c.fd) > 0;
+    bool hears = silent < timeout_ns || bytes_readable(c.fd) > 0;
+    PathInfo pi;
+    int64_t quiet_ns = timeout_ns;
+    if (!hears) {  // TCP_INFO only for a rail already quiet for the floor
+      pi = path_info(c.fd);
+      quiet_ns = suspect_after_ns(pi);
+      hears = silent < quiet_ns;
+    }
     if (hears) {
       all_silent = false;
       c.path_dead = false;
@@ -86,13 +105,11 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
       // Once dead, a path stays dead until there is evidence of life (the peer speaks, or
       // its kernel acknowledges again): a pause in our own sending only withholds evidence,
       // and must not put a dead rail back in service (it did, and the rail flapped).
-      const PathInfo pi = path_info(c.fd);
-      if (!c.path_dead) c.path_dead = path_dead_locked(c, pi, now, stall_end_ns);
-      else if (pi.ok && int64_t(pi.last_ack_recv_ms) * 1000000 < timeout_ns) c.path_dead = false;
+      if (!c.path_dead) c.path_dead = path_dead_locked(c, pi, now, stall_end_ns, quiet_ns);
+      else if (pi.ok && int64_t(pi.last_ack_recv_ms) * 1000000 < quiet_ns) c.path_dead = false;
     }
     if (c.path_dead) {
       any_dead = true;
-      const PathInfo pi = path_info(c.fd);
       const std::string why = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank) +
                               ": no bytes for " + std::to_string(silent / 1000000) +
                               " ms and none of ours acknowledged by its host for " +

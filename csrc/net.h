@@ -65,6 +65,7 @@ struct PathInfo {
   uint32_t retransmits = 0;
   uint32_t notsent_bytes = 0;  // queued, not yet sent (e.g. no route while our link is down)
   uint32_t snd_wnd = 0;        // the peer's advertised window (0: its process stopped reading)
+  uint32_t rtt_us = 0, rttvar_us = 0;  // the kernel's smoothed round trip and its variation
 };
 PathInfo path_info(int fd);
 

@@ -105,6 +105,7 @@ std::vector<ConnStats> Transport::stats() const {
       s.held = rail_held_[c->rail];
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
+      s.suspect_after_s = double(suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
       out.push_back(s);
     }
   }

@@ -19,6 +19,8 @@ PathInfo path_info(int fd) {
   out.retransmits = ti.tcpi_retransmits;
   out.notsent_bytes = ti.tcpi_notsent_bytes;
   out.snd_wnd = ti.tcpi_snd_wnd;
+  out.rtt_us = ti.tcpi_rtt;
+  out.rttvar_us = ti.tcpi_rttvar;
   return out;
 }
 

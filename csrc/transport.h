@@ -90,6 +90,7 @@ struct ConnStats {
   uint64_t inflight_bytes = 0;
   double bandwidth_Bps = 0, rtt_s = 0;
   double last_detect_s = 0;  // how long the last failure took to detect (silence before it)
+  double suspect_after_s = 0;  // how long this rail may now be quiet before it is suspect
   std::string last_error;
   double last_error_time = 0;  // unix seconds
 };
@@ -241,7 +242,10 @@ class Transport {
   // and the verdicts of a waiting collective (check_wait_locked sets the group's error).
   void watchdog_loop();
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
-  bool path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns) const;
+  bool path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns, int64_t quiet_ns) const;
+  // How long a rail may be quiet before it is suspect: rail_timeout_ms, or longer where the
+  // path's own round trips (queues on a busy host or a slow link) make gaps that long.
+  int64_t suspect_after_ns(const PathInfo& pi) const;
   void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);
@@ -287,6 +291,7 @@ class Transport {
   void rx_readmit_locked(int64_t now);
   static bool rx_on_driving_thread();  // the calling thread is the driving caller  // watchdog: the receive thread back in after a quiet spell
   void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
+  bool rx_drive_ready(const Op* ops, size_t n);  // never blocks; true if it handled a stream
   void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
   std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
   void rx_start_locked(Conn& c, int fd);   // a socket was installed: a stream for it

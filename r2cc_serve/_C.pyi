@@ -54,6 +54,7 @@ class ConnStats:
     inflight_bytes: int
     bandwidth_Bps: float
     rtt_s: float
+    suspect_after_s: float
     last_detect_s: float
     last_error: str
     last_error_time: float

@@ -50,8 +50,11 @@ _knob("R2CC_HEARTBEAT_MS", 5, int,
       transport="heartbeat_ms")
 _knob("R2CC_RAIL_TIMEOUT_MS", 60, int,
       "A rail whose peer sent nothing and whose peer's kernel acknowledged none of our bytes "
-      "for this long is suspect: its chunks move to the other rails. A silent peer whose "
-      "kernel still acknowledges is a stalled process, not a failed rail.",
+      "for this long is suspect: its chunks move to the other rails. Where the path's own "
+      "round trips vary more (busy hosts, deep queues), the bar is twice the kernel's "
+      "retransmission estimate (srtt + 4 rttvar) instead, up to R2CC_PEER_SILENCE_MS; "
+      "rail_stats() shows each rail's current bar. A silent peer whose kernel still "
+      "acknowledges is a stalled process, not a failed rail.",
       transport="rail_timeout_ms")
 _knob("R2CC_PEER_SILENCE_MS", 400, int,
       "A suspect rail whose path stays dead this long is failed and reconnected; a peer "

@@ -346,7 +346,7 @@ class Communicator:
             out.append({k: getattr(s, k) for k in (
                 "peer", "rail", "state", "held", "bytes_sent", "bytes_recv", "chunks_sent", "chunks_resent",
                 "bytes_resent", "failovers", "reconnects", "inflight_bytes", "bandwidth_Bps", "rtt_s",
-                "last_detect_s", "last_error", "last_error_time", "fallback")})
+                "suspect_after_s", "last_detect_s", "last_error", "last_error_time", "fallback")})
             out[-1]["address"] = self.rail_ips[s.rail]
             out[-1]["interface"] = self.rail_names[s.rail]
         return out

@@ -156,6 +156,50 @@ def degrade_shifts_load(rank, world, store, rate):
         comm.close()
 
 
+def slow_rail_quiet_bar(rank, world, store, rate):
+    """Rail 1 cut to `rate` (its tbf queue then holds ~100 ms): once the kernel has measured
+    those round trips, the time rail 1 may be quiet before it is suspect follows them, and
+    traffic over the slow rail fails nothing over. (The cut itself is a degrade fault: the
+    first seconds after it may suspect the rail, as they should.)"""
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        n = 1 << 20
+        inputs = [make_input(r, n, torch.float32) for r in range(world)]
+        want = reference_reduce(inputs, "sum")
+        comm.all_reduce(inputs[rank].clone())
+        idle_bars = {s["rail"]: s["suspect_after_s"] for s in comm.rail_stats()}
+        _barrier(store, "go", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "degrade", rate)
+        _barrier(store, "degraded", rank, world)
+        for _ in range(4):  # the onset: queues fill, round trips are learnt
+            comm.all_reduce(inputs[rank].clone())
+        _barrier(store, "settled", rank, world)
+        onset_failovers = _totals(comm)["failovers"]
+        bars, stop = {k: [] for k in range(comm.num_rails)}, threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                for s in comm.rail_stats():
+                    bars[s["rail"]].append(s["suspect_after_s"])
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(6))
+        stop.set()
+        sampler.join(5)
+        totals = _totals(comm)
+        _barrier(store, "measured", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "clear")
+        return {"exact": exact, "idle_bars": idle_bars, "max_bar": {k: max(v) for k, v in bars.items()},
+                "failovers": totals["failovers"] - onset_failovers, "onset_failovers": onset_failovers}
+    finally:
+        _barrier(store, "end", rank, world)
+        comm.close()
+
+
 def all_rails_down(rank, world, store):
     """Every rail of host 0 goes down: every rank raises RailsDownError within 2 s."""
     from r2cc_serve.errors import RailsDownError

@@ -64,6 +64,18 @@ def test_degraded_rail_gets_less_traffic(lab):
         assert r["bw"][1] < min(r["bw"][k] for k in (0, 2, 3)), r  # and it is measured as the slowest
 
 
+def test_slow_rail_may_be_quiet_longer_and_is_not_failed(lab):
+    # 20mbit behind a tbf with a 256 KB burst queues ~100 ms: round trips that long make
+    # 60 ms gaps normal, so the rail's quiet-time bar follows TCP's own estimate.
+    res = run_ranks(lab_workers.slow_rail_quiet_bar, 2, "20mbit", timeout=120)
+    for r in res:
+        assert r["exact"], r
+        assert r["failovers"] == 0, r
+        assert abs(min(r["idle_bars"].values()) - 0.06) < 1e-9, r  # R2CC_RAIL_TIMEOUT_MS on a quick path
+        assert r["max_bar"][1] > 0.12, r
+        assert r["max_bar"][1] <= 0.4 + 1e-9, r  # never past R2CC_PEER_SILENCE_MS
+
+
 def test_stranger_on_a_rail_is_rejected(lab):
     res = run_ranks(lab_workers.stranger_on_rail, 2, timeout=60)
     assert all(r["ok"] for r in res), res
