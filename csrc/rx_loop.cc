@@ -137,9 +137,22 @@ void Transport::rx_readmit_locked(int64_t now) {
   epoll_ctl(rx_ep_, EPOLL_CTL_ADD, epfd_, &ev);  // wakes the receive thread if data is waiting
 }
 
+bool Transport::rx_drive_ready(const Op* ops, size_t n) {
+  // One stream per epoll_wait, the caller's ops checked in between: once they are done the
+  // caller goes, and what else is ready (typically the hedge's second copy of a small
+  // message) is read during its next wait, not on this call's critical path.
+  bool any = false;
+  epoll_event ev;
+  while (epoll_wait(epfd_, &ev, 1, 0) == 1) {
+    rx_handle(*static_cast<RxStream*>(ev.data.ptr));
+    any = true;
+    if (any_op_done(ops, n)) break;
+  }
+  return any;
+}
+
 void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
-  auto handle = [this](void* s) { rx_handle(*static_cast<RxStream*>(s)); };
-  if (handle_ready(epfd_, handle) > 0) return;
+  if (rx_drive_ready(ops, n)) return;
   if (opt_.spin_us > 0) {
     // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us.
     const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
@@ -156,7 +169,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       uint64_t v;
       if (read(caller_bell_, &v, sizeof(v)) < 0) {}
     }
-  handle_ready(epfd_, handle);
+  rx_drive_ready(ops, n);
 }
 
 void Transport::rx_handle(RxStream& s) {
@@ -169,7 +182,10 @@ void Transport::rx_handle(RxStream& s) {
   }
   std::string err;
   size_t budget = kRxBudgetBytes;
-  while (err.empty() && budget > 0 && !stopping_.load() && c.epoch.load() == s.epoch) {
+  bool drained = false;
+  // The budget bounds what is read from the socket, never what is already staged: staged
+  // bytes get no epoll event, so the stream must not be re-armed before they are parsed.
+  while (err.empty() && !stopping_.load() && c.epoch.load() == s.epoch) {
     char* at = nullptr;
     size_t want = 0;
     switch (s.phase) {
@@ -192,11 +208,32 @@ void Transport::rx_handle(RxStream& s) {
         want = s.reason.size();
         break;
     }
-    const ssize_t r = recv(s.fd, at + s.have, want - s.have, 0);
+    const size_t need = want - s.have;
+    if (s.stage_pos < s.stage_end) {  // read ahead earlier: parse from the stage
+      const size_t k = std::min(need, s.stage_end - s.stage_pos);
+      std::memcpy(at + s.have, s.stage.get() + s.stage_pos, k);
+      s.stage_pos += k;
+      s.have += k;
+      if (s.have == want) err = rx_frame_done(s);
+      continue;
+    }
+    // A short read drained the socket: stop here rather than pay a recv that says EAGAIN
+    // (re-arming the one-shot registration reports bytes that came since).
+    if (drained || budget == 0) break;
+    // Large remainders go straight to their destination; small ones through the stage.
+    const bool staged = need < RxStream::kStageBytes;
+    const size_t ask = staged ? RxStream::kStageBytes : need;
+    const ssize_t r = recv(s.fd, staged ? s.stage.get() : at + s.have, ask, 0);
     if (r > 0) {
-      s.have += size_t(r);
       budget -= std::min(budget, size_t(r));
       c.last_rx_ns.store(now_ns());
+      drained = size_t(r) < ask;
+      if (staged) {
+        s.stage_pos = 0;
+        s.stage_end = size_t(r);
+        continue;
+      }
+      s.have += size_t(r);
       if (s.have == want) err = rx_frame_done(s);
       continue;
     }

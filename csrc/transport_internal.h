@@ -75,6 +75,12 @@ struct Transport::RxStream {
   char* dest = nullptr;  // the claimed chunk in the message's buffer; null: into scratch
   std::vector<char> scratch;
   std::string reason;
+  // Read-ahead: a header or a small remainder is read with one recv of up to kStageBytes, so
+  // a small message (header + payload, often the next header too) costs one system call, not
+  // three. Bytes in [stage_pos, stage_end) are read from the socket but not yet parsed.
+  static constexpr size_t kStageBytes = 16 * 1024;
+  std::unique_ptr<char[]> stage{new char[kStageBytes]};
+  size_t stage_pos = 0, stage_end = 0;
 };
 
 struct Transport::Peer {
