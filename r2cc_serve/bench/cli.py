@@ -4,6 +4,7 @@
                --backend r2cc,gloo,mpi --iters 5 --fault h0:1:down@30% --json out.json
     r2cc bench --hosts 4 --rails 4 --rate 250mbit --sizes 64M --backend r2cc \\
                --schedule builtin,direct,optcc,auto --hold-fault h3:2:down --hold-fault h3:3:down
+    r2cc bench --hosts 4 --rate 250mbit,500mbit,1gbit,unshaped --sizes 64M --backend r2cc,mpi
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ def register(subparsers) -> None:
                     "interfaces, prints p50/p90/busbw and writes JSON. Needs root.")
     p.add_argument("--hosts", type=int, default=2, help="lab hosts = ranks (default 2)")
     p.add_argument("--rails", type=int, default=4, help="rails per host (default 4)")
-    p.add_argument("--rate", help="shape every rail, e.g. 1gbit (default: unshaped)")
+    p.add_argument("--rate", help="shape every rail, e.g. 1gbit (default: unshaped); a comma list such as "
+                                  "250mbit,1gbit,unshaped runs the whole bench once per rate and ends with "
+                                  "bus bandwidth against rate for every backend")
     p.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth runs)")
     p.add_argument("--op", default="all_reduce", choices=spec.OPS)
     p.add_argument("--sizes", default="4K,1M,64M", help="message sizes, nccl-tests style (default 4K,1M,64M)")
@@ -52,9 +55,27 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def options_from_args(args):
+def parse_rates(text: str | None) -> list[str | None]:
+    """--rate as a list of tc rates, None meaning unshaped; UserError on a bad one."""
+    from r2cc_serve.lab.layout import check_rate
+    from r2cc_serve.lab.netns import LabError
+
+    if not text:
+        return [None]
+    rates = []
+    for item in (x.strip() for x in text.split(",")):
+        try:
+            rates.append(None if item.lower() in ("unshaped", "none") else check_rate(item))
+        except LabError as exc:
+            raise UserError(f"--rate: {exc} (or 'unshaped')") from None
+    if len(set(rates)) != len(rates):
+        raise UserError(f"--rate {text!r} names a rate twice")
+    return rates
+
+
+def options_from_args(args, rate: str | None = None):
     from r2cc_serve.bench.run import BenchOptions
-    from r2cc_serve.lab.layout import check_counts, check_rate
+    from r2cc_serve.lab.layout import check_counts
 
     check_counts(args.hosts, args.rails, args.mtu)
     if args.iters < 1 or args.warmup < 0:
@@ -74,7 +95,7 @@ def options_from_args(args):
     for s in sizes:
         spec.check_op_size(args.op, s, args.hosts)
     return BenchOptions(
-        hosts=args.hosts, rails=args.rails, rate=check_rate(args.rate) if args.rate else None, mtu=args.mtu,
+        hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu,
         op=args.op, sizes=sizes, backends=backends, iters=args.iters,
         schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
         warmup=args.warmup, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
@@ -102,21 +123,31 @@ def _interrupt(signum, frame):
 
 
 def run(args) -> int:
+    import dataclasses
     import os
 
-    from r2cc_serve.bench.report import table
-    from r2cc_serve.bench.run import Bench
+    from r2cc_serve.bench.report import rate_table, table
+    from r2cc_serve.bench.run import Bench, say
 
+    rates = parse_rates(args.rate)
     opts = options_from_args(args)  # bad input fails before anything is built
     if os.geteuid() != 0:
         raise UserError("r2cc bench builds the network lab and needs root; run it with sudo or as root")
     _check_backends(opts.backends)
     # SIGTERM takes the same clean-up path as Ctrl-C (children killed, lab down).
     signal.signal(signal.SIGTERM, _interrupt)
-    report = Bench(opts).run()
-    print(table(report))
+    reports = []
+    for i, rate in enumerate(rates):
+        if len(rates) > 1:
+            say(f"rate {i + 1} of {len(rates)}: {rate or 'unshaped'}")
+        last = i == len(rates) - 1
+        report = Bench(dataclasses.replace(opts, rate=rate, keep_lab=opts.keep_lab and last)).run()
+        print(table(report) + ("\n" if not last else ""), flush=True)
+        reports.append(report)
+    if len(rates) > 1:
+        print("\n" + rate_table(reports))
     if args.json:
-        text = json.dumps(report, indent=2)
+        text = json.dumps(reports[0] if len(reports) == 1 else {"sweep": reports}, indent=2)
         if args.json == "-":
             print(text)
         else:
@@ -124,6 +155,7 @@ def run(args) -> int:
                 f.write(text + "\n")
     # Failure: a wrong fault-free result, or r2cc not surviving a fault bit-exactly (its promise).
     # gloo/MPI failing under a fault is the expected, reported outcome.
-    ok = all(r["correct"] for r in report["results"]) and all(
+    ok = all(all(r["correct"] for r in report["results"]) and all(
         f["completed"] and f["bit_exact"] for f in report["faults"] if f["backend"] == "r2cc")
+        for report in reports)
     return 0 if ok else 1

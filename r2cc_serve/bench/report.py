@@ -202,3 +202,33 @@ def table(report: dict) -> str:
                          f"{_ms(f['baseline_s']):>9} {_ms(f['extra_s']):>9} {f['resent_bytes']:>10}  "
                          + "; ".join(notes))
     return "\n".join(lines)
+
+
+def rate_table(reports: list[dict]) -> str:
+    """Bus bandwidth against rail rate, every backend side by side (one report per rate);
+    'line' is one rank's rails together, the most a rank's bus bandwidth can reach."""
+    from r2cc_serve.lab.layout import rate_bits
+
+    first = reports[0]
+    backends = list(dict.fromkeys(r["backend"] for rep in reports for r in rep["results"]))
+    head = f"{'rate':>9} {'bytes':>6} {'line GB/s':>9}" + "".join(
+        f" {b + ' busbw':>16} {'CPU s/GB':>8}" for b in backends)
+    others = [b for b in backends if b != "r2cc"] if "r2cc" in backends else []
+    head += "".join(f" {'r2cc/' + b:>9}" for b in others)
+    lines = [f"bus bandwidth against rail rate: {first['op']}, {first['hosts']} hosts x {first['rails']} rails, "
+             f"mtu {first['mtu']}", head]
+    for rep in reports:
+        line = rep["rails"] * rate_bits(rep["rate"]) / 8 / 1e9 if rep["rate"] else None
+        for size in dict.fromkeys(r["bytes"] for r in rep["results"]):
+            rows = {r["backend"]: r for r in rep["results"] if r["bytes"] == size and not r.get("schedule")}
+            text = f"{rep['rate'] or 'unshaped':>9} {format_size(size):>6} {_num(line, '.3f'):>9}"
+            for b in backends:
+                bw = (rows.get(b) or {}).get("busbw_GBps")
+                share = f" ({bw / line:.0%})" if bw and line else ""
+                text += f" {_num(bw, '.3f') + share:>16} {_num((rows.get(b) or {}).get('cpu_s_per_GB'), '.3g'):>8}"
+            for b in others:
+                mine, theirs = (rows.get("r2cc") or {}).get("busbw_GBps"), (rows.get(b) or {}).get("busbw_GBps")
+                text += f" {(f'{mine / theirs:.2f}x' if mine and theirs else '-'):>9}"
+            lines.append(text)
+    return "\n".join(lines)
+

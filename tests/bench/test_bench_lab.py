@@ -77,6 +77,19 @@ def test_mpi_small_run(tmp_path):
     assert min(mpi["rail_tx_share"]) > 0.2, "Open MPI stripes a 1M message over both rails"
 
 
+def test_a_rate_list_sweeps_and_tabulates(tmp_path):
+    out, proc = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit,unshaped", "--sizes", "1M",
+                      "--backend", "r2cc", "--iters", "3", "--warmup", "1", timeout=120)
+    reps = out["sweep"]
+    assert [r["rate"] for r in reps] == ["100mbit", None]
+    for r in reps:
+        check_report(r, ["r2cc"], [1 << 20])
+    shaped, unshaped = (r["results"][0]["busbw_GBps"] for r in reps)
+    assert shaped <= 2 * 100e6 / 8 / 1e9 < unshaped, (shaped, unshaped)  # the shaping was really changed
+    rows = proc.stdout[proc.stdout.index("bus bandwidth against rail rate"):].splitlines()
+    assert rows[2].split()[:3] == ["100mbit", "1M", "0.025"] and rows[3].split()[0] == "unshaped", rows
+
+
 def test_r2cc_survives_a_rail_going_down(tmp_path):
     # 100mbit: the op lasts ~0.35 s, so the fault (exec of `ip`, slow on a loaded box) lands inside it.
     rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "8M",

@@ -100,3 +100,30 @@ def test_fault_row_extra_time_and_hit():
     assert not late["hit"]
     hung = report.summarize_fault("gloo", "x", 1, [entries[0], None], inj, 0.4, "ff")
     assert not hung["completed"] and hung["hit"] and hung["extra_s"] is None and "no result" in hung["error"]
+
+
+def test_rate_lists():
+    from r2cc_serve.bench.cli import parse_rates
+
+    assert parse_rates(None) == [None]
+    assert parse_rates("1gbit") == ["1gbit"]
+    assert parse_rates("250mbit, 1Gbit,unshaped") == ["250mbit", "1gbit", None]
+    with pytest.raises(UserError, match="--rate.*fast"):
+        parse_rates("250mbit,fast")
+    with pytest.raises(UserError, match="twice"):
+        parse_rates("1gbit,1gbit")
+
+
+def test_rate_table_puts_backends_side_by_side():
+    def rep(rate, mine, theirs):
+        return {"op": "all_reduce", "hosts": 4, "rails": 4, "mtu": 1500, "rate": rate, "results": [
+            {"backend": "r2cc", "bytes": 64 << 20, "busbw_GBps": mine, "cpu_s_per_GB": 2.5},
+            {"backend": "mpi", "bytes": 64 << 20, "busbw_GBps": theirs, "cpu_s_per_GB": 3.1}]}
+
+    text = report.rate_table([rep("250mbit", 0.114, 0.064), rep("1gbit", 0.2, None), rep(None, 0.5, 0.4)])
+    rows = text.splitlines()
+    assert "4 hosts x 4 rails" in rows[0] and "r2cc/mpi" in rows[1]
+    # 4 rails x 250 Mbit/s = 0.125 GB/s per rank: 0.114 is 91% of it, and 1.78x Open MPI's 0.064
+    assert rows[2].split()[:5] == ["250mbit", "64M", "0.125", "0.114", "(91%)"] and rows[2].endswith("1.78x")
+    assert rows[3].endswith("-")  # a backend without a figure gives no ratio
+    assert rows[4].split()[:4] == ["unshaped", "64M", "-", "0.500"] and rows[4].endswith("1.25x")
