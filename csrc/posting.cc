@@ -111,11 +111,12 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   for (size_t i = 0; i < m->nchunks; ++i) p.queue.push_back(Chunk{m, uint32_t(i)});
   // The first chunks of a larger message go out from this thread too, one per rail whose
   // socket has room for all of it (the write does not block); the writers take the rest.
+  std::vector<bool> rails_used(size_t(num_rails()), false);
   for (int sent = 0; sent < num_rails() && !p.queue.empty() && error_.empty(); ++sent) {
     const Chunk next = p.queue.front();
     p.queue.pop_front();
     if (next.msg->done || next.msg->acked[next.idx]) continue;
-    if (!try_send_inline(p, next, lk, InlineSend::kIfRoom)) {
+    if (!try_send_inline(p, next, lk, InlineSend::kIfRoom, &rails_used)) {
       p.queue.push_front(next);
       break;
     }
@@ -128,22 +129,25 @@ void Transport::finish_chunk_write_locked(const Chunk& chunk) {
   if (--chunk.msg->active_writers == 0 && chunk.msg->done) notify_done_locked();
 }
 
-bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode) {
+bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode,
+                                std::vector<bool>* rails_used) {
   const bool hedge = mode == InlineSend::kHedge;
   const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
-  // kIfRoom takes idle rails only: one that had room for every chunk took them all (1 MiB at
-  // 1gbit went out on one rail), and the others' buffers, never used, never grew to have room.
-  // Room: twice the chunk, as the kernel's count of free buffer includes its own overhead.
+  // kIfRoom: one chunk per rail and message (rails_used): a rail that had room for every chunk
+  // took them all (1 MiB at 1gbit went out on one rail), and the others' buffers, never used,
+  // never grew to have room. Room: twice the chunk, as the kernel's count of free buffer
+  // includes its own overhead.
   const int room = int(2 * chunk.msg->chunk_len(chunk.idx) + 4096);
   Conn* best = nullptr;
   for (auto& c : p.conns)
     if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
         c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
         (!best || c->inflight_bytes < best->inflight_bytes) &&
-        (mode != InlineSend::kIfRoom || (c->inflight_bytes == 0 && send_space(c->fd) >= room)))
+        (mode != InlineSend::kIfRoom || (!(*rails_used)[size_t(c->rail)] && send_space(c->fd) >= room)))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;
+  if (rails_used) (*rails_used)[size_t(c.rail)] = true;
   const uint64_t epoch = c.epoch.load();
   const int fd = c.fd;
   const int64_t now = now_ns();

@@ -266,7 +266,8 @@ class Transport {
   // false when no rail could take it now. kHedge: a second copy, on another rail; kIfRoom: only
   // on a rail whose socket buffer has room for the whole chunk (the write does not block).
   enum class InlineSend { kAny, kHedge, kIfRoom };
-  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode);
+  bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode,
+                       std::vector<bool>* rails_used = nullptr);  // kIfRoom: rails this message took
   // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
   void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   void spin_until_any_done(const Op* ops, size_t n) const;  // lock free; up to spin_us
