@@ -152,20 +152,14 @@ int connect_to(const std::string& local_ip, const std::string& ip, int port, int
   return fd;
 }
 
-std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
-                      const std::function<void()>& on_progress, size_t* done) {
+std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop) {
   char* p = static_cast<char*>(buf);
-  size_t dummy = 0;
-  size_t& count = done ? *done : dummy;
-  count = 0;
   while (n > 0) {
     if (should_stop && should_stop()) return "stopped";
     ssize_t r = recv(fd, p, n, 0);
     if (r > 0) {
       p += r;
       n -= size_t(r);
-      count += size_t(r);
-      if (on_progress) on_progress();
       continue;
     }
     if (r == 0) return "connection closed by peer";

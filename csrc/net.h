@@ -46,9 +46,7 @@ void tune_socket(int fd);
 // Reads/writes exactly n bytes on a non-blocking fd. Polls in slices of
 // poll_ms and gives up when should_stop() turns true or on socket error.
 // Returns "" on success, otherwise a description of the failure.
-// `*done` (if given) receives how many bytes were read, also when it stops early.
-std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
-                      const std::function<void()>& on_progress = nullptr, size_t* done = nullptr);
+std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop);
 // `on_progress` (if given) runs after every send call that moved bytes.
 std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
                        const std::function<void()>& on_progress = nullptr);

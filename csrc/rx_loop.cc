@@ -42,20 +42,17 @@ void Transport::rx_start_locked(Conn& c, int fd) {
   s->epoch = c.epoch.load();
   use_fd_locked(c, fd);  // released when the stream retires
   c.rx = s.get();
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
-  ev.data.ptr = s.get();
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  rx_arm_locked(*s, true);
   rx_streams_.push_back(std::move(s));
 }
 
-void Transport::rx_arm_locked(RxStream& s) {
+void Transport::rx_arm_locked(RxStream& s, bool first) {
   // No receive low-water mark: it suppresses the readiness a stalled frame needs (the kernel
   // also clamps the window to it), and a bench with a rail going down hung on it.
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
   ev.data.ptr = &s;
-  epoll_ctl(epfd_, EPOLL_CTL_MOD, s.fd, &ev);
+  epoll_ctl(epfd_, first ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s.fd, &ev);
 }
 
 void Transport::rx_release_claim_locked(RxStream& s, bool incomplete) {
@@ -79,23 +76,16 @@ void Transport::rx_retire_locked(RxStream& s) {
 }
 
 namespace {
-// Handles what epfd_ has ready now (never blocks); returns how many streams it handled.
-template <typename Handle>
-int handle_ready(int epfd, const Handle& handle) {
-  epoll_event evs[16];
-  const int n = epoll_wait(epfd, evs, 16, 0);
-  for (int i = 0; i < n; ++i) handle(evs[i].data.ptr);
-  return std::max(n, 0);
-}
 thread_local bool tl_driving = false;  // this thread is the driving caller (it needs no bell)
 }  // namespace
 
 void Transport::rx_loop() {
-  epoll_event ev[2];
+  epoll_event ev[2], ready[16];
   while (!stopping_.load()) {
     // epfd_ is in rx_ep_ only while no caller drives: then its data wakes this thread.
     if (epoll_wait(rx_ep_, ev, 2, kIdleWaitMs) <= 0) continue;
-    handle_ready(epfd_, [this](void* s) { rx_handle(*static_cast<RxStream*>(s)); });
+    const int n = epoll_wait(epfd_, ready, 16, 0);
+    for (int i = 0; i < n; ++i) rx_handle(*static_cast<RxStream*>(ready[i].data.ptr));
   }
 }
 

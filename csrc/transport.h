@@ -285,18 +285,19 @@ class Transport {
   void rx_loop();
   void rx_handle(RxStream& s);
   // A waiting caller reads its own bytes (no hand-off from the receive thread): at most one
-  // caller drives at a time; the receive thread stands aside meanwhile. Blocks up to
-  // timeout_ms (after spinning up to spin_us), lock free; returns after any progress or a bell.
+  // caller drives at a time; the receive thread stands aside meanwhile.
   bool rx_start_driving_locked();
   void rx_stop_driving_locked();
-  void rx_readmit_locked(int64_t now);
-  static bool rx_on_driving_thread();  // the calling thread is the driving caller  // watchdog: the receive thread back in after a quiet spell
+  void rx_readmit_locked(int64_t now);  // watchdog: the receive thread back in after a quiet spell
+  static bool rx_on_driving_thread();   // the calling thread is the driving caller
+  // Blocks up to timeout_ms (after spinning up to spin_us), lock free; returns after any
+  // progress or a bell.
   void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
   bool rx_drive_ready(const Op* ops, size_t n);  // never blocks; true if it handled a stream
   void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
   std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
   void rx_start_locked(Conn& c, int fd);   // a socket was installed: a stream for it
-  void rx_arm_locked(RxStream& s);
+  void rx_arm_locked(RxStream& s, bool first = false);  // (re-)registers its one-shot event
   void rx_retire_locked(RxStream& s);      // frees s: its socket was failed or replaced
   void rx_release_claim_locked(RxStream& s, bool incomplete);  // out of the caller's buffer
   void rx_drop_idle_claims_locked();       // the group died: nobody stays in a caller's buffer
@@ -368,9 +369,9 @@ class Transport {
   bool caller_driving_ = false;
   bool rx_admitted_ = true;         // epfd_ is in rx_ep_
   int64_t last_drive_end_ns_ = 0;
-  std::vector<std::unique_ptr<RxStream>> rx_streams_;
+  std::vector<std::unique_ptr<RxStream>> rx_streams_;  // one per socket not yet retired
   std::unique_ptr<char[]> scratch_;  // see scratch()
-  size_t scratch_bytes_ = 0;  // one per socket not yet retired
+  size_t scratch_bytes_ = 0;
   std::atomic<int> handshakes_active_{0};
 };
 

@@ -92,6 +92,16 @@ def admin(tmp_path):
         assert all(r["bad"] == 0 and r["n"] > 0 for r in res), res  # nothing lost, all exact
 
 
+def _rail_states_once(client, api, ok, since, within=1.0):
+    """{(host, rail): state} from GET /rails, polled until ok(states) or `within` seconds after
+    `since` (the caller asserts on what comes back)."""
+    while True:
+        states = {(x["host"], x["rail"]): x["state"] for x in client.get(api + "/rails").json()["rails"]}
+        if ok(states) or time.time() - since >= within:
+            return states
+        time.sleep(0.02)
+
+
 def test_admin_rails_actions_errors_metrics(admin):
     base, result, group = admin
     api, auth = base + "/r2cc/v1", {"Authorization": f"Bearer {TOKEN}"}
@@ -114,11 +124,7 @@ def test_admin_rails_actions_errors_metrics(admin):
     t0 = time.time()
     r = c.post(api + "/rails/rank0/1/drain", headers=auth)
     assert r.status_code == 200 and r.json()["ranks"] == [0], r.text
-    while time.time() - t0 < 1.0:
-        states = {(x["host"], x["rail"]): x["state"] for x in c.get(api + "/rails").json()["rails"]}
-        if states[("rank0", 1)] == "drained" and states[("rank1", 1)] == "drained":
-            break
-        time.sleep(0.02)
+    states = _rail_states_once(c, api, lambda st: st[("rank0", 1)] == st[("rank1", 1)] == "drained", t0)
     assert states[("rank0", 1)] == "drained" and states[("rank1", 1)] == "drained", states
     health = c.get(api + "/health").json()
     assert health["status"] == "degraded" and any("rail1" in x for x in health["reasons"]), health
@@ -130,13 +136,9 @@ def test_admin_rails_actions_errors_metrics(admin):
     for k in (0, 1):
         assert c.post(api + f"/rails/rank0/{k}/undrain", headers=auth).status_code == 200
     # undrain reaches the peer by a frame, like drain: effective on both ranks within 1 s
-    t0 = time.time()
-    while time.time() - t0 < 1.0:
-        states = {(x["host"], x["rail"]): x["state"] for x in c.get(api + "/rails").json()["rails"]}
-        if all(states[(h, k)] == "up" for h in ("rank0", "rank1") for k in (0, 1)):
-            break
-        time.sleep(0.02)
-    assert all(states[(h, k)] == "up" for h in ("rank0", "rank1") for k in (0, 1)), states
+    both_up = lambda st: all(st[(h, k)] == "up" for h in ("rank0", "rank1") for k in (0, 1))  # noqa: E731
+    states = _rail_states_once(c, api, both_up, time.time())
+    assert both_up(states), states
 
     # failover + restore
     assert c.post(api + "/rails/rank1/2/failover", headers=auth).status_code == 200

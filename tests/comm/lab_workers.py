@@ -39,6 +39,15 @@ def _totals(comm):
             "sent_by_rail": [sum(s["bytes_sent"] for s in st if s["rail"] == k) for k in range(comm.num_rails)]}
 
 
+def _warmed_up_inputs(comm, rank, world, n):
+    """Every rank's input of n floats and their rank-order sum, after one all_reduce (connections
+    warm, buffers grown)."""
+    inputs = [make_input(r, n, torch.float32) for r in range(world)]
+    want = reference_reduce(inputs, "sum")
+    comm.all_reduce(inputs[rank].clone())
+    return inputs, want
+
+
 def _in_process_fault(lab, host, rail, kind):
     """apply() for a link-down or blackhole of host's end of rail, done in this process (an
     `ip`/`nft` process start can take longer than the whole collective on a busy box), and close()."""
@@ -72,9 +81,7 @@ def fault_mid_collective(rank, world, store, kind, n, at_s):
     """A fault on host 0 rail 1 while it carries chunks of an all_reduce of n floats: result bit-exact."""
     lab, comm = lab_comm(rank, world, store)
     try:
-        inputs = [make_input(r, n, torch.float32) for r in range(world)]
-        want = reference_reduce(inputs, "sum")
-        comm.all_reduce(inputs[rank].clone())
+        inputs, want = _warmed_up_inputs(comm, rank, world, n)
         apply, close_fault = _in_process_fault(lab, 0, 1, kind) if rank == 0 else (None, None)
         call_done, fault = threading.Event(), {}
         _barrier(store, "go", rank, world)
@@ -134,10 +141,7 @@ def degrade_shifts_load(rank, world, store, rate):
     """Rail 1 cut to `rate`: results stay exact and the slow rail carries a small share."""
     lab, comm = lab_comm(rank, world, store)
     try:
-        n = 4 << 20
-        inputs = [make_input(r, n, torch.float32) for r in range(world)]
-        want = reference_reduce(inputs, "sum")
-        comm.all_reduce(inputs[rank].clone())
+        inputs, want = _warmed_up_inputs(comm, rank, world, 4 << 20)
         _barrier(store, "go", rank, world)
         if rank == 0:
             lab.fault(0, 1, "degrade", rate)
@@ -163,10 +167,7 @@ def slow_rail_quiet_bar(rank, world, store, rate):
     first seconds after it may suspect the rail, as they should.)"""
     lab, comm = lab_comm(rank, world, store)
     try:
-        n = 1 << 20
-        inputs = [make_input(r, n, torch.float32) for r in range(world)]
-        want = reference_reduce(inputs, "sum")
-        comm.all_reduce(inputs[rank].clone())
+        inputs, want = _warmed_up_inputs(comm, rank, world, 1 << 20)
         idle_bars = {s["rail"]: s["suspect_after_s"] for s in comm.rail_stats()}
         _barrier(store, "go", rank, world)
         if rank == 0:
