@@ -135,11 +135,10 @@ bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
 }
 
 void Transport::serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session) {
-  Peer& p = *peers_[c.peer];
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     if (!is_connected(c.state)) {
-      p.cv.wait_for(lk, std::chrono::milliseconds(20));
+      c.cv.wait_for(lk, std::chrono::milliseconds(20));
       continue;
     }
     const uint64_t epoch = c.epoch.load();
@@ -159,7 +158,7 @@ void Transport::writer_loop(Conn& c) {
     auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
     while (!stale()) {
       if (c.writing) {  // an inline sender owns the socket right now
-        p.cv.wait_for(lk, std::chrono::milliseconds(1));
+        c.cv.wait_for(lk, std::chrono::milliseconds(1));
         continue;
       }
       const int64_t now = now_ns();
@@ -188,7 +187,7 @@ void Transport::writer_loop(Conn& c) {
         // Nothing to write. Work arrives with a notify; acks owed to the peer ride on the
         // watchdog's heartbeats, so an idle writer need not wake every heartbeat period
         // (it did, and spun in 0.1 ms steps until the heartbeat went out).
-        p.cv.wait_for(lk, std::chrono::milliseconds(kIdleWriterWaitMs));
+        c.cv.wait_for(lk, std::chrono::milliseconds(kIdleWriterWaitMs));
         continue;
       }
       // Control frames go first; the chunk's header closes them unless an abort

@@ -120,7 +120,7 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
       else suspect_conn_locked(c, why);
     } else if (c.suspect) {
       c.suspect = false;  // its path carries bytes again: back in service without a reconnect
-      p.cv.notify_all();
+      p.wake_writers();
     }
   }
   track_stall_locked(p, now, any_connected && all_silent && !any_dead, least_silence);

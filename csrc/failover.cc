@@ -63,7 +63,7 @@ void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int6
   c.inflight_bytes = 0;
   for (auto& a : c.acks_carried) p.acks.push_back(a.second);  // they may be stuck in its buffers
   c.acks_carried.clear();
-  p.cv.notify_all();
+  p.wake_writers();
   notify_done_locked();
 }
 
@@ -91,7 +91,7 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& rea
   }
   c.suspect = false;
   if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
-  p.cv.notify_all();
+  p.wake_writers();
   notify_done_locked();
 }
 
@@ -106,7 +106,7 @@ void Transport::peer_closed_locked(Peer& p) {
     c->st.last_error = "rank " + std::to_string(p.rank) + " closed its communicator";
     c->st.last_error_time = unix_now();
   }
-  p.cv.notify_all();
+  p.wake_writers();
   notify_done_locked();
 }
 

@@ -209,7 +209,7 @@ void Transport::install(Conn& c, int fd) {
   rx_start_locked(c, fd);
   Peer& p = *peers_[c.peer];
   p.no_link_since_ns = 0;
-  p.cv.notify_all();
+  p.wake_writers();
   notify_done_locked();
 }
 

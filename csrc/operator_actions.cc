@@ -52,7 +52,7 @@ void Transport::set_rail_drained_locked(int rail, bool drained) {
     if (drained) c->state = c->inflight.empty() ? RailState::kDrained : RailState::kDraining;
     else c->state = c->peer_drained ? RailState::kDrained : RailState::kUp;
     c->ctrl.push_back(control_frame(drained ? FrameType::kDrain : FrameType::kUndrain));
-    p->cv.notify_all();
+    p->wake_writers();
   }
 }
 

@@ -121,7 +121,7 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
       break;
     }
   }
-  if (!p.queue.empty()) p.cv.notify_all();
+  if (!p.queue.empty()) p.wake_writers();
   return op;
 }
 
@@ -170,7 +170,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   // Wake this peer's writers only when one may have work that waited for the socket (a
   // kIfRoom caller wakes them once, after its last chunk).
   if (!err.empty() || (mode != InlineSend::kIfRoom && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
-    p.cv.notify_all();
+    p.wake_writers();
   return true;
 }
 
@@ -332,7 +332,7 @@ void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all
   // their sender does not wait for them, and waking a writer per tiny message
   // costs more than the message. Large chunks free window space: ack at once, from a
   // driving caller itself once it has read what is ready (rx_handle), else by a writer.
-  if (urgent && !rx_on_driving_thread()) p.cv.notify_one();
+  if (urgent && !rx_on_driving_thread()) p.wake_ack_carrier();
   if (urgent) p.acks_urgent = true;
 }
 
@@ -342,15 +342,21 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
   OutMsg& m = *it->second;
   const size_t lo = all ? 0 : idx, hi = all ? m.nchunks : std::min<size_t>(idx + 1, m.nchunks);
   const int64_t now = now_ns();
+  std::vector<bool>& freed = p.window_freed;  // rails whose window this ack opened
+  freed.assign(p.conns.size(), false);
   for (size_t i = lo; i < hi; ++i) {
     if (m.acked[i]) continue;
     m.acked[i] = 1;
     m.nacked++;
-    if (m.on_rail[i] >= 0) forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
+    if (m.on_rail[i] >= 0) {
+      forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
+      freed[size_t(m.on_rail[i])] = true;
+    }
     m.on_rail[i] = -1;
   }
   if (m.hedge_rail >= 0 && m.nacked == m.nchunks) {
     forget_inflight_locked(p, m.hedge_rail, seq, 0, m.chunk_len(0), now);
+    freed[size_t(m.hedge_rail)] = true;
     m.hedge_rail = -1;
   }
   if (m.nacked == m.nchunks) {
@@ -358,8 +364,10 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
     p.out.erase(it);
     notify_done_locked();
   }
-  // Freed window space matters only to writers with chunks waiting.
-  if (!p.queue.empty()) p.cv.notify_all();
+  // Freed window space matters only to writers with chunks waiting, and only on its rail.
+  if (!p.queue.empty())
+    for (size_t r = 0; r < freed.size(); ++r)
+      if (freed[r]) p.conns[r]->cv.notify_one();
 }
 
 void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {

@@ -246,7 +246,7 @@ void Transport::rx_handle(RxStream& s) {
   if (tl_driving && p.acks_urgent && !p.acks.empty()) {
     // Acks that free the sender's window go out now from this thread, on the rail they came
     // by when its socket is free: no writer wake-up per chunk.
-    if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.cv.notify_one();
+    if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
   }
   if (p.acks.empty()) p.acks_urgent = false;
 }
@@ -296,7 +296,7 @@ std::string Transport::rx_frame_done(RxStream& s) {
       std::lock_guard<std::mutex> g(mu_);
       c.last_echoed_ns = sent;
       if (c.epoch.load() == s.epoch) c.ctrl.push_back(control_frame(FrameType::kHeartbeatEcho, 0, h.offset));
-      p.cv.notify_all();
+      c.cv.notify_one();  // only this rail may carry the echo
       return "";
     }
     case FrameType::kHeartbeatEcho: {
@@ -326,7 +326,7 @@ std::string Transport::rx_frame_done(RxStream& s) {
       else if (!c.peer_drained && !rail_drained_[c.rail] &&
                (c.state == RailState::kDraining || c.state == RailState::kDrained))
         c.state = RailState::kUp;
-      p.cv.notify_all();
+      p.wake_writers();
       return "";
     }
     default:

@@ -149,13 +149,13 @@ void Transport::flush_before_close() {
     return false;
   };
   while (error_.empty() && pending() && now_ns() < deadline) {
-    for (auto& p : peers_) p->cv.notify_all();
+    for (auto& p : peers_) p->wake_writers();
     done_cv_.wait_for(lk, std::chrono::milliseconds(2));
   }
   for (auto& p : peers_)
     for (auto& c : p->conns)
       if (is_connected(c->state)) c->ctrl.push_back(control_frame(FrameType::kGoodbye));
-  for (auto& p : peers_) p->cv.notify_all();
+  for (auto& p : peers_) p->wake_writers();
   auto goodbyes_out = [&] {
     for (auto& p : peers_)
       for (auto& c : p->conns)
@@ -175,7 +175,7 @@ void Transport::set_error_locked(ErrorKind kind, const std::string& reason) {
     for (auto& c : p->conns)
       if (is_connected(c->state)) c->ctrl_abort = reason;
   rx_drop_idle_claims_locked();
-  for (auto& p : peers_) p->cv.notify_all();
+  for (auto& p : peers_) p->wake_writers();
   notify_done_locked();
 }
 
@@ -225,7 +225,7 @@ void Transport::close() {
     for (auto& p : peers_) {
       for (auto& c : p->conns)
         if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
-      p->cv.notify_all();
+      p->wake_writers();
     }
     if (error_.empty()) {
       error_ = "r2cc: the communicator was closed";

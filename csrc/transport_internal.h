@@ -8,6 +8,10 @@
 
 namespace r2cc {
 
+inline bool is_connected(RailState s) {
+  return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained;
+}
+
 struct Transport::Conn {
   int peer = -1, rail = -1;
   bool we_connect = false;  // the higher rank of a pair dials; the lower one accepts
@@ -43,6 +47,10 @@ struct Transport::Conn {
   RxStream* rx = nullptr;  // the receive stream of the current socket (rx_loop.cc)
   int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
+  // This connection's writer waits here. One per connection, not per peer: an ack frees
+  // window on its own rail only, and waking every writer of the peer for it cost three
+  // useless context switches per 256 KiB chunk at 4 rails.
+  std::condition_variable cv;
   int64_t last_probe_ns = 0;
   int64_t last_echoed_ns = 0;  // the peer's clock on the last heartbeat we echoed (the stream's owner only)
   // stats
@@ -94,7 +102,7 @@ struct Transport::Peer {
   std::deque<AckItem> acks;                          // to send, on any rail
   bool acks_urgent = false;                          // some owed ack frees window space at the sender
   std::vector<std::unique_ptr<Conn>> conns;          // one per rail
-  std::condition_variable cv;                        // this peer's writers wait here
+  std::vector<bool> window_freed;                    // on_ack_locked's scratch: rails an ack freed
   int64_t no_link_since_ns = 0;                      // 0 while some rail is connected
   int64_t no_path_since_ns = 0;                      // 0 while some rail is connected and not suspect
   int64_t stalled_since_ns = 0;                      // the peer's process went silent (its kernel did not)
@@ -103,6 +111,14 @@ struct Transport::Peer {
   int64_t last_heard_ns = 0;                         // any byte from the peer on any rail
   bool closed = false;                               // the peer closed its communicator (goodbye)
 
+  void wake_writers() {  // work any of this peer's writers may take (new chunks, a state change)
+    for (auto& c : conns) c->cv.notify_one();
+  }
+  // The writer to carry owed acks: a connected, trusted rail (a suspect one carries none).
+  void wake_ack_carrier() {
+    for (auto& c : conns)
+      if (is_connected(c->state) && !c->suspect) return c->cv.notify_one();
+  }
   bool is_done(uint64_t seq) const { return seq < done_floor || done_above.count(seq) > 0; }
   void mark_done(uint64_t seq) {
     done_above.insert(seq);
@@ -114,10 +130,6 @@ inline double unix_now() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
-inline bool is_connected(RailState s) {
-  return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained;
 }
 
 }  // namespace r2cc
