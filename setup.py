@@ -11,6 +11,8 @@ ext = Pybind11Extension(
     "r2cc_serve._C",
     sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/sched/*.cc")),
     include_dirs=["csrc"],
+    # A header edit alone rebuilds too (else objects built against an old struct layout mix).
+    depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/sched/*.h")),
     cxx_std=17,
     # Built on the machine that runs it, so native vector units (AVX2/AVX-512) are safe.
     extra_compile_args=["-O3", "-march=native", "-Wall", "-Wextra", "-Wno-unused-parameter"],
