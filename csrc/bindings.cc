@@ -84,7 +84,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("rejected_handshakes", &Counters::rejected_handshakes)
       .def_readonly("failovers", &Counters::failovers)
       .def_readonly("chunks_resent", &Counters::chunks_resent)
-      .def_readonly("bytes_resent", &Counters::bytes_resent);
+      .def_readonly("bytes_resent", &Counters::bytes_resent)
+      .def_readonly("spin_hits", &Counters::spin_hits)
+      .def_readonly("spin_misses", &Counters::spin_misses);
 
   using gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Transport>(m, "Transport")

@@ -135,7 +135,10 @@ std::vector<PeerStats> Transport::peer_stats() const {
 
 Counters Transport::counters() const {
   std::lock_guard<std::mutex> g(mu_);
-  return counters_;
+  Counters c = counters_;
+  c.spin_hits = spin_hits_.load();
+  c.spin_misses = spin_misses_.load();
+  return c;
 }
 
 }  // namespace r2cc

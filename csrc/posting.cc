@@ -312,7 +312,7 @@ void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
       rx_drive_once(ops, n, kWaitSliceMs);
       lk.lock();
     } else {
-      if (opt_.spin_us > 0 && !spun) {  // once: then sleep like any other waiter
+      if (!spun && spin_worthwhile()) {  // once: then sleep like any other waiter
         spun = true;
         lk.unlock();
         spin_until_any_done(ops, n);

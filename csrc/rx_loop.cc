@@ -143,14 +143,15 @@ bool Transport::rx_drive_ready(const Op* ops, size_t n) {
 
 void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (rx_drive_ready(ops, n)) return;
-  if (opt_.spin_us > 0) {
+  if (spin_worthwhile()) {
     // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us.
     const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
     epoll_event ev[2];
-    while (now_ns() < until && !aborted_.load() && !stopping_.load()) {
-      if (epoll_wait(caller_ep_, ev, 2, 0) > 0) break;
-      if (any_op_done(ops, n)) return;
-    }
+    bool hit = false;
+    while (!hit && now_ns() < until && !aborted_.load() && !stopping_.load())
+      hit = epoll_wait(caller_ep_, ev, 2, 0) > 0 || any_op_done(ops, n);
+    note_spin(hit);
+    if (any_op_done(ops, n)) return;
   }
   epoll_event ev[2];
   const int k = epoll_wait(caller_ep_, ev, 2, timeout_ms);
@@ -160,6 +161,21 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       if (read(caller_bell_, &v, sizeof(v)) < 0) {}
     }
   rx_drive_ready(ops, n);
+}
+
+bool Transport::spin_worthwhile() {
+  // Spin while most spins end in data (a peer that answers within spin_us: a free core on
+  // each side); after a run of misses (the peer is computing, or waits for a CPU our spinning
+  // would take) sleep at once, and spin on one wait in kSpinProbeEvery to notice a change.
+  if (opt_.spin_us <= 0) return false;
+  return spin_hit_rate_.load(std::memory_order_relaxed) >= kSpinKeepRate || ++spin_probe_ % kSpinProbeEvery == 0;
+}
+
+void Transport::note_spin(bool hit) {
+  const float r = spin_hit_rate_.load(std::memory_order_relaxed);
+  spin_hit_rate_.store(r + (float(hit) - r) / 8, std::memory_order_relaxed);
+  if (hit) spin_hits_.fetch_add(1, std::memory_order_relaxed);
+  else spin_misses_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Transport::rx_handle(RxStream& s) {

@@ -111,6 +111,8 @@ struct Counters {
   uint64_t failovers = 0;
   uint64_t chunks_resent = 0;
   uint64_t bytes_resent = 0;
+  uint64_t spin_hits = 0;    // waits that spun and got their bytes without sleeping
+  uint64_t spin_misses = 0;  // waits that spun for nothing, then slept
 };
 
 struct OutMsg;
@@ -294,6 +296,10 @@ class Transport {
   // progress or a bell.
   void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
   bool rx_drive_ready(const Op* ops, size_t n);  // never blocks; true if it handled a stream
+  // Adaptive spinning (spin_us > 0): whether this wait should poll before it sleeps, and how
+  // a spin ended (data or done within spin_us, or not). Lock free; only a driving caller notes.
+  bool spin_worthwhile();
+  void note_spin(bool hit);
   void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
   std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
   void rx_start_locked(Conn& c, int fd);   // a socket was installed: a stream for it
@@ -373,6 +379,13 @@ class Transport {
   std::unique_ptr<char[]> scratch_;  // see scratch()
   size_t scratch_bytes_ = 0;
   std::atomic<int> handshakes_active_{0};
+  // Share of recent spins that ended in data (an average over ~8); spinning stops below
+  // kSpinKeepRate. Starts at 1: spin until shown useless.
+  static constexpr float kSpinKeepRate = 0.5f;
+  static constexpr unsigned kSpinProbeEvery = 16;
+  std::atomic<float> spin_hit_rate_{1.0f};
+  std::atomic<unsigned> spin_probe_{0};
+  std::atomic<uint64_t> spin_hits_{0}, spin_misses_{0};
 };
 
 }  // namespace r2cc

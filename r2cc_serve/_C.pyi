@@ -64,6 +64,8 @@ class Counters:
     failovers: int
     chunks_resent: int
     bytes_resent: int
+    spin_hits: int
+    spin_misses: int
 
 class PeerStats:
     peer: int

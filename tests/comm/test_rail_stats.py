@@ -11,3 +11,17 @@ def test_bandwidth_is_measured_on_large_transfers_only():
         assert r["chunks_small"] >= 3000, r  # the small messages really went out
         assert r["after_small"] == [0.0] * len(r["after_small"]), r  # not measured from round trips
         assert all(bw > 0 for bw in r["after_large"]), r  # every rail carried stripes and got a figure
+
+
+def test_spinning_stops_when_it_does_not_pay():
+    res = run_ranks(workers.spin_pays_or_stops, 2, {"spin_us": 200}, timeout=180)
+    assert sum(r["quick_hits"] for r in res) > 0, res  # a prompt peer: spins end in data
+    # A late peer: rank 0's spins miss. Without the gate each of its 200 waits would spin for
+    # nothing; with it, a few misses turn spinning off and one wait in 16 probes.
+    assert res[0]["late_misses"] <= 50, res
+    assert res[0]["late_hits"] <= res[0]["late_misses"], res
+
+
+def test_no_spinning_by_default():
+    res = run_ranks(workers.spin_pays_or_stops, 2, {}, timeout=180)
+    assert all(r["quick_hits"] + r["quick_misses"] + r["late_misses"] == 0 for r in res), res

@@ -291,3 +291,24 @@ def bandwidth_from_large_transfers_only(rank, world, store, opts):
                 "after_large": [s["bandwidth_Bps"] for s in comm.rail_stats()]}
     finally:
         comm.close()
+
+
+def spin_pays_or_stops(rank, world, store, opts):
+    """Spinning waits (opts spin_us) against a peer that answers at once, then against one that
+    is 3 ms late every time: spinning must pay in the first phase and stop in the second."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = make_input(rank, 1024, torch.float32)
+        for _ in range(300):
+            comm.all_reduce(x.clone())
+        quick = comm.counters()
+        for _ in range(200):
+            if rank == 1:
+                time.sleep(0.003)  # rank 0 waits ~3 ms for every answer
+            comm.all_reduce(x.clone())
+        late = comm.counters()
+        return {"quick_hits": quick["spin_hits"], "quick_misses": quick["spin_misses"],
+                "late_hits": late["spin_hits"] - quick["spin_hits"],
+                "late_misses": late["spin_misses"] - quick["spin_misses"]}
+    finally:
+        comm.close()
