@@ -86,6 +86,11 @@ class R2ccBackend:
     def failovers(self) -> int:
         return int(self.comm.counters()["failovers"])
 
+    def spins(self) -> tuple[int, int]:
+        """(hits, misses) so far: waits that spun and got their bytes, or spun for nothing."""
+        c = self.comm.counters()
+        return int(c["spin_hits"]), int(c["spin_misses"])
+
     def rail_errors(self) -> list[str]:
         return sorted({f"rail{s['rail']}: {s['last_error']} (detected after {s['last_detect_s'] * 1e3:.0f} ms)"
                        for s in self.comm.rail_stats() if s["last_error"]})
@@ -118,6 +123,9 @@ class _PeerBackend:
 
     def failovers(self) -> int:
         return 0
+
+    def spins(self) -> tuple[int, int]:
+        return 0, 0
 
     def rail_errors(self) -> list[str]:
         return []

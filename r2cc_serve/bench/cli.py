@@ -5,6 +5,7 @@
     r2cc bench --hosts 4 --rails 4 --rate 250mbit --sizes 64M --backend r2cc \\
                --schedule builtin,direct,optcc,auto --hold-fault h3:2:down --hold-fault h3:3:down
     r2cc bench --hosts 4 --rate 250mbit,500mbit,1gbit,unshaped --sizes 64M --backend r2cc,mpi
+    r2cc bench --sizes 4K,1M --backend r2cc,mpi --iters 300 --spin-us 0,100
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def register(subparsers) -> None:
     p.add_argument("--rate", help="shape every rail, e.g. 1gbit (default: unshaped); a comma list such as "
                                   "250mbit,1gbit,unshaped runs the whole bench once per rate and ends with "
                                   "bus bandwidth against rate for every backend")
+    p.add_argument("--spin-us", metavar="LIST",
+                   help="R2CC_SPIN_US for the r2cc ranks; a comma list such as 0,100 runs the whole bench once "
+                        "per value and ends with r2cc's latency, CPU and spins against it, the other "
+                        "backends' p50 from the same runs beside it (default: the environment's value)")
     p.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth runs)")
     p.add_argument("--op", default="all_reduce", choices=spec.OPS)
     p.add_argument("--sizes", default="4K,1M,64M", help="message sizes, nccl-tests style (default 4K,1M,64M)")
@@ -71,6 +76,21 @@ def parse_rates(text: str | None) -> list[str | None]:
     if len(set(rates)) != len(rates):
         raise UserError(f"--rate {text!r} names a rate twice")
     return rates
+
+
+def parse_spins(text: str | None, backends: list[str]) -> list[int | None]:
+    if not text:
+        return [None]
+    spins = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item.isdigit():
+            raise UserError(f"--spin-us {text!r}: use a comma list of microseconds >= 0, e.g. 0,100")
+        spins.append(int(item))
+    if len(set(spins)) != len(spins):
+        raise UserError(f"--spin-us {text!r} names a value twice")
+    if "r2cc" not in backends:
+        raise UserError("--spin-us sets how r2cc's ranks wait: it needs backend r2cc")
+    return spins
 
 
 def options_from_args(args, rate: str | None = None):
@@ -126,26 +146,32 @@ def run(args) -> int:
     import dataclasses
     import os
 
-    from r2cc_serve.bench.report import rate_table, table
+    from r2cc_serve.bench.report import rate_table, spin_table, table
     from r2cc_serve.bench.run import Bench, say
 
     rates = parse_rates(args.rate)
     opts = options_from_args(args)  # bad input fails before anything is built
+    spins = parse_spins(args.spin_us, opts.backends)
     if os.geteuid() != 0:
         raise UserError("r2cc bench builds the network lab and needs root; run it with sudo or as root")
     _check_backends(opts.backends)
     # SIGTERM takes the same clean-up path as Ctrl-C (children killed, lab down).
     signal.signal(signal.SIGTERM, _interrupt)
+    runs = [(rate, spin) for rate in rates for spin in spins]
     reports = []
-    for i, rate in enumerate(rates):
-        if len(rates) > 1:
-            say(f"rate {i + 1} of {len(rates)}: {rate or 'unshaped'}")
-        last = i == len(rates) - 1
-        report = Bench(dataclasses.replace(opts, rate=rate, keep_lab=opts.keep_lab and last)).run()
+    for i, (rate, spin) in enumerate(runs):
+        if len(runs) > 1:
+            say(f"run {i + 1} of {len(runs)}: rate {rate or 'unshaped'}" + ("" if spin is None else f", r2cc spin_us {spin}"))
+        last = i == len(runs) - 1
+        report = Bench(dataclasses.replace(opts, rate=rate, spin_us=spin, keep_lab=opts.keep_lab and last)).run()
         print(table(report) + ("\n" if not last else ""), flush=True)
         reports.append(report)
     if len(rates) > 1:
-        print("\n" + rate_table(reports))
+        for k in range(len(spins)):
+            print("\n" + rate_table(reports[k::len(spins)]))
+    if len(spins) > 1:
+        for k in range(len(rates)):
+            print("\n" + spin_table(reports[k * len(spins):(k + 1) * len(spins)]))
     if args.json:
         text = json.dumps(reports[0] if len(reports) == 1 else {"sweep": reports}, indent=2)
         if args.json == "-":

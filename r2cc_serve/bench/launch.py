@@ -25,8 +25,10 @@ WORKER_MODULE = "r2cc_serve.bench.worker"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(r2cc_serve.__file__)))
 
 
-def worker_env(backend: str, rails: list[str]) -> dict:
+def worker_env(backend: str, rails: list[str], spin_us: int | None = None) -> dict:
     env = dict(os.environ)
+    if backend == "r2cc" and spin_us is not None:
+        env["R2CC_SPIN_US"] = str(spin_us)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"  # 2 cores shared by all ranks
     env["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # c10d warns about reverse DNS on every store client
@@ -85,8 +87,9 @@ def _is_our_worker(pid: int) -> bool:
         return False
 
 
-def start_netns(lab, name: str, cfg_path: str, out_dir: str, backend: str, rails: list[str]) -> Launch:
-    env = worker_env(backend, rails)
+def start_netns(lab, name: str, cfg_path: str, out_dir: str, backend: str, rails: list[str],
+                spin_us: int | None = None) -> Launch:
+    env = worker_env(backend, rails, spin_us)
     procs = []
     try:
         for i in range(lab.hosts):

@@ -54,6 +54,8 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                rail_tx_share=[round(float(x) / max(1.0, float(tx.sum())), 3) for x in tx],
                resent_bytes=int(sum(e.get("resent_bytes", 0) for e in entries)),
                failovers=int(sum(e.get("failovers", 0) for e in entries)),
+               spin_hits=int(sum(e.get("spin_hits", 0) for e in entries)),
+               spin_misses=int(sum(e.get("spin_misses", 0) for e in entries)),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
@@ -161,7 +163,8 @@ def table(report: dict) -> str:
     lines = [f"{report['op']}  hosts={report['hosts']} rails={report['rails']} "
              f"rate={report['rate'] or 'unshaped'} mtu={report['mtu']} iters={report['iters']}  "
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
-             + ("+dirty csrc" if build.get("csrc_dirty") else ""),
+             + ("+dirty csrc" if build.get("csrc_dirty") else "")
+             + (f"  r2cc spin_us={report['spin_us']}" if report.get("spin_us") is not None else ""),
              f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'busbw GB/s':>10} "
              f"{'CPU s/GB':>9} {'correct':>8} {'p50/r2cc':>8}  rails tx share"]
     for r in report["results"]:
@@ -229,6 +232,31 @@ def rate_table(reports: list[dict]) -> str:
             for b in others:
                 mine, theirs = (rows.get("r2cc") or {}).get("busbw_GBps"), (rows.get(b) or {}).get("busbw_GBps")
                 text += f" {(f'{mine / theirs:.2f}x' if mine and theirs else '-'):>9}"
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def spin_table(reports: list[dict]) -> str:
+    """Latency and CPU against R2CC_SPIN_US (one report per value, same rate): what spinning buys
+    and what it costs, with every other backend's p50 from the same run beside it."""
+    first = reports[0]
+    backends = list(dict.fromkeys(r["backend"] for rep in reports for r in rep["results"]))
+    others = [b for b in backends if b != "r2cc"]
+    head = (f"{'spin_us':>7} {'bytes':>6} {'r2cc p50 ms':>11} {'CPU s/GB':>8} {'spins hit/miss':>15}"
+            + "".join(f" {b + ' p50 ms':>11} {b + '/r2cc':>9}" for b in others))
+    lines = [f"r2cc against spinning (R2CC_SPIN_US): {first['op']}, {first['hosts']} hosts x {first['rails']} rails, "
+             f"rate {first['rate'] or 'unshaped'}", head]
+    for rep in reports:
+        for size in dict.fromkeys(r["bytes"] for r in rep["results"]):
+            rows = {r["backend"]: r for r in rep["results"] if r["bytes"] == size and not r.get("schedule")}
+            mine = rows.get("r2cc") or {}
+            spins = f"{mine.get('spin_hits', 0)}/{mine.get('spin_misses', 0)}" if mine else "-"
+            text = (f"{rep.get('spin_us', '-'):>7} {format_size(size):>6} {_ms(mine.get('p50_s')):>11} "
+                    f"{_num(mine.get('cpu_s_per_GB'), '.3g'):>8} {spins:>15}")
+            for b in others:
+                theirs = (rows.get(b) or {}).get("p50_s")
+                ratio = f"{theirs / mine['p50_s']:.2f}x" if theirs and mine.get("p50_s") else "-"
+                text += f" {_ms(theirs):>11} {ratio:>9}"
             lines.append(text)
     return "\n".join(lines)
 

@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from r2cc_serve import envs
 from r2cc_serve.bench import launch as launch_mod
 from r2cc_serve.bench import report as rep
 from r2cc_serve.bench.faultctl import FaultController, HeldFaults
@@ -46,6 +47,7 @@ class BenchOptions:
     keep_lab: bool = False
     schedules: list[str] = field(default_factory=list)  # r2cc all_reduce schedules measured side by side
     holds: list[BenchFault] = field(default_factory=list)  # faults held for the whole r2cc launch
+    spin_us: int | None = None  # R2CC_SPIN_US for the r2cc ranks (None: the caller's environment)
 
 
 def build_info() -> dict:
@@ -113,6 +115,7 @@ class Bench:
             report = {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,
                       "iters": o.iters, "warmup": o.warmup, "results": results, "faults": faults,
                       "held_faults": [h.text for h in o.holds], "schedules": o.schedules,
+                      "spin_us": o.spin_us if o.spin_us is not None else envs.get("R2CC_SPIN_US"),
                       "load_avg": list(os.getloadavg()),
                       "build": build_info()}
             if o.schedules:
@@ -198,7 +201,7 @@ class Bench:
         if backend == "mpi":
             la = launch_mod.start_mpi(self.lab, name, cfg_path, self.tmp, self.rails)
         else:
-            la = launch_mod.start_netns(self.lab, name, cfg_path, self.tmp, backend, self.rails)
+            la = launch_mod.start_netns(self.lab, name, cfg_path, self.tmp, backend, self.rails, o.spin_us)
         self._live.append(la)
         from torch.distributed import PrefixStore
         ctl = FaultController(self.lab, PrefixStore(name + "/", self.store), o.hosts, fault_tasks,

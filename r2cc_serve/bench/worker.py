@@ -198,6 +198,7 @@ class Worker:
                     runner.run()
             acc = {k: {"times": [], "starts": [], "cpu": 0.0, "tx": [0] * len(self.rails), "resent": 0,
                        "failovers": 0} for k in schedules}
+            spins0 = b.spins()
             for i in range(iters):
                 for k in schedules[i % len(schedules):] + schedules[:i % len(schedules)]:
                     a = acc[k]
@@ -216,10 +217,13 @@ class Worker:
                     a["failovers"] += b.failovers() - fo0
                     if i == iters - 1:
                         last[k] = data.compare(out, ref)
+            spins = [now - before for now, before in zip(b.spins(), spins0)]
             for k, entry in entries.items():
                 a = acc[k]
                 # r2cc: re-sends or failovers in a fault-free run mean a rail was wrongly declared dead.
                 entry.update(resent_bytes=a["resent"], failovers=a["failovers"])
+                # R2CC_SPIN_US: how the timed iterations' spins ended (all schedules together)
+                entry.update(spin_hits=spins[0], spin_misses=spins[1])
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()
                 entry.update(times=a["times"], starts=a["starts"], cpu_s=a["cpu"], rail_tx_bytes=a["tx"],

@@ -90,6 +90,19 @@ def test_a_rate_list_sweeps_and_tabulates(tmp_path):
     assert rows[2].split()[:3] == ["100mbit", "1M", "0.025"] and rows[3].split()[0] == "unshaped", rows
 
 
+def test_a_spin_list_reaches_the_ranks_and_tabulates(tmp_path):
+    out, proc = bench(tmp_path, "--hosts", "2", "--rails", "2", "--sizes", "4K", "--backend", "r2cc",
+                      "--iters", "50", "--warmup", "1", "--spin-us", "0,200", timeout=120)
+    reps = out["sweep"]
+    assert [r["spin_us"] for r in reps] == [0, 200]
+    quiet, spun = (r["results"][0] for r in reps)
+    assert quiet["correct"] and spun["correct"], reps
+    assert quiet["spin_hits"] + quiet["spin_misses"] == 0, quiet  # R2CC_SPIN_US=0 reached the ranks
+    assert spun["spin_hits"] + spun["spin_misses"] > 0, spun  # and 200 made them spin
+    rows = proc.stdout[proc.stdout.index("r2cc against spinning"):].splitlines()
+    assert [r.split()[0] for r in rows[2:4]] == ["0", "200"], rows
+
+
 def test_r2cc_survives_a_rail_going_down(tmp_path):
     # 100mbit: the op lasts ~0.35 s, so the fault (exec of `ip`, slow on a loaded box) lands inside it.
     rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "8M",

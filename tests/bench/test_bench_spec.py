@@ -127,3 +127,31 @@ def test_rate_table_puts_backends_side_by_side():
     assert rows[2].split()[:5] == ["250mbit", "64M", "0.125", "0.114", "(91%)"] and rows[2].endswith("1.78x")
     assert rows[3].endswith("-")  # a backend without a figure gives no ratio
     assert rows[4].split()[:4] == ["unshaped", "64M", "-", "0.500"] and rows[4].endswith("1.25x")
+
+
+def test_spin_lists():
+    from r2cc_serve.bench.cli import parse_spins
+
+    assert parse_spins(None, ["r2cc"]) == [None]
+    assert parse_spins("0, 100", ["r2cc", "mpi"]) == [0, 100]
+    for bad in ("0,x", "-5", "1.5"):
+        with pytest.raises(UserError, match="microseconds"):
+            parse_spins(bad, ["r2cc"])
+    with pytest.raises(UserError, match="twice"):
+        parse_spins("50,50", ["r2cc"])
+    with pytest.raises(UserError, match="needs backend r2cc"):
+        parse_spins("50", ["mpi"])
+
+
+def test_spin_table_shows_both_sides():
+    def rep(spin, p50, hits, misses, theirs):
+        return {"op": "all_reduce", "hosts": 2, "rails": 4, "mtu": 1500, "rate": None, "spin_us": spin, "results": [
+            {"backend": "r2cc", "bytes": 4096, "p50_s": p50, "cpu_s_per_GB": 24.0, "spin_hits": hits,
+             "spin_misses": misses},
+            {"backend": "mpi", "bytes": 4096, "p50_s": theirs}]}
+
+    rows = report.spin_table([rep(0, 144e-6, 0, 0, 103e-6), rep(100, 100e-6, 314, 49, 150e-6)]).splitlines()
+    assert "2 hosts x 4 rails" in rows[0] and "unshaped" in rows[0] and "mpi/r2cc" in rows[1]
+    assert rows[2].split() == ["0", "4K", "0.144", "24", "0/0", "0.103", "0.72x"]
+    assert rows[3].split() == ["100", "4K", "0.100", "24", "314/49", "0.150", "1.50x"]
+
