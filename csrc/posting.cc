@@ -342,21 +342,15 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
   OutMsg& m = *it->second;
   const size_t lo = all ? 0 : idx, hi = all ? m.nchunks : std::min<size_t>(idx + 1, m.nchunks);
   const int64_t now = now_ns();
-  std::vector<bool>& freed = p.window_freed;  // rails whose window this ack opened
-  freed.assign(p.conns.size(), false);
   for (size_t i = lo; i < hi; ++i) {
     if (m.acked[i]) continue;
     m.acked[i] = 1;
     m.nacked++;
-    if (m.on_rail[i] >= 0) {
-      forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
-      freed[size_t(m.on_rail[i])] = true;
-    }
+    if (m.on_rail[i] >= 0) forget_inflight_locked(p, m.on_rail[i], seq, uint32_t(i), m.chunk_len(i), now);
     m.on_rail[i] = -1;
   }
   if (m.hedge_rail >= 0 && m.nacked == m.nchunks) {
     forget_inflight_locked(p, m.hedge_rail, seq, 0, m.chunk_len(0), now);
-    freed[size_t(m.hedge_rail)] = true;
     m.hedge_rail = -1;
   }
   if (m.nacked == m.nchunks) {
@@ -364,10 +358,6 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
     p.out.erase(it);
     notify_done_locked();
   }
-  // Freed window space matters only to writers with chunks waiting, and only on its rail.
-  if (!p.queue.empty())
-    for (size_t r = 0; r < freed.size(); ++r)
-      if (freed[r]) p.conns[r]->cv.notify_one();
 }
 
 void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {
@@ -377,6 +367,8 @@ void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t
   c.inflight.erase(f);
   c.inflight_bytes -= bytes;
   c.acked_bytes += bytes;
+  // Freed window space matters only to writers with chunks waiting, and only on this rail.
+  if (!p.queue.empty()) c.cv.notify_one();
   if (c.inflight.empty()) {
     c.busy_ns += now - c.busy_since_ns;
     c.busy_since_ns = 0;

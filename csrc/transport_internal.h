@@ -102,7 +102,6 @@ struct Transport::Peer {
   std::deque<AckItem> acks;                          // to send, on any rail
   bool acks_urgent = false;                          // some owed ack frees window space at the sender
   std::vector<std::unique_ptr<Conn>> conns;          // one per rail
-  std::vector<bool> window_freed;                    // on_ack_locked's scratch: rails an ack freed
   int64_t no_link_since_ns = 0;                      // 0 while some rail is connected
   int64_t no_path_since_ns = 0;                      // 0 while some rail is connected and not suspect
   int64_t stalled_since_ns = 0;                      // the peer's process went silent (its kernel did not)
