@@ -30,8 +30,12 @@ void Transport::watchdog_loop() {
   // hundreds of ms for a CPU; heartbeats must not, or peers see a silent rail.
   if (opt_.watchdog_realtime) raise_thread_priority();
   int64_t stall_end_ns = 0;
+  // One pass per tick: a fifteenth of the rail timeout, at most 4 ms, at most half a heartbeat
+  // period. At the defaults a 2 ms tick detected idle-rail faults no sooner (28 link-down and
+  // blackhole faults each way: 52-66 ms either way) and cost 37% more watchdog CPU.
+  const int tick_ms = std::max(1, std::min({4, opt_.rail_timeout_ms / 15, opt_.heartbeat_ms / 2}));
   while (!stopping_) {
-    struct timespec ts{0, 2 * 1000000};
+    struct timespec ts{0, tick_ms * 1000000L};
     const int64_t before = now_ns();
     nanosleep(&ts, nullptr);
     std::lock_guard<std::mutex> g(mu_);
