@@ -128,6 +128,7 @@ std::vector<PeerStats> Transport::peer_stats() const {
     for (auto& c : p->conns) heard = std::max(heard, c->last_rx_ns.load());
     s.silent_s = heard ? double(now - heard) * 1e-9 : 0;
     s.has_path = peer_has_path_locked(*p);
+    s.closed = p->closed;
     out.push_back(s);
   }
   return out;

@@ -104,6 +104,7 @@ struct PeerStats {
   double last_stall_s = 0;   // duration of the last stall that ended
   double silent_s = 0;       // time since any byte came from the peer on any rail
   bool has_path = true;      // some rail to the peer is connected and not suspect
+  bool closed = false;       // the peer closed its communicator (said goodbye): its rails' downs are no fault
 };
 
 struct Counters {

@@ -75,6 +75,7 @@ class PeerStats:
     last_stall_s: float
     silent_s: float
     has_path: bool
+    closed: bool
 
 class Transport:
     rank: int

@@ -80,6 +80,7 @@ class RailMonitor:
         rails = self.comm.rail_stats()
         error = self.comm.error()
         now = time.time()
+        changed = []
         for r in rails:
             key = (r["peer"], r["rail"])
             prev = self._last.get(key)
@@ -90,10 +91,16 @@ class RailMonitor:
                       "error": r["last_error"] if r["state"] == "down" else "",
                       "detect_s": r["last_detect_s"] if r["state"] == "down" else None}
                 self.events.append(ev)
-                log.warning("%s", loglines.transition_line(self.group, self.rank, r["rail"], r["peer"], prev,
-                                                           r["state"], ev["error"]))
+                changed.append(ev)
             self._last[key] = r["state"]
+        # Sampled after the rails: a goodbye marks the peer closed as it takes its rails down.
         peers = self.comm.peer_stats()
+        closed = {p["peer"] for p in peers if p.get("closed")}
+        for ev in changed:
+            # A peer that closed its communicator took its rails down on purpose: not a warning.
+            level = logging.INFO if ev["peer"] in closed and ev["to"] == "down" else logging.WARNING
+            log.log(level, "%s", loglines.transition_line(self.group, self.rank, ev["rail"], ev["peer"], ev["from"],
+                                                          ev["to"], ev["error"]))
         for p in peers:
             if self._stalled.get(p["peer"], False) != p["stalled"]:
                 self._peer_event(now, p)

@@ -25,3 +25,13 @@ def test_spinning_stops_when_it_does_not_pay():
 def test_no_spinning_by_default():
     res = run_ranks(workers.spin_pays_or_stops, 2, {}, timeout=180)
     assert all(r["quick_hits"] + r["quick_misses"] + r["late_misses"] == 0 for r in res), res
+
+
+def test_a_goodbye_is_logged_quietly_and_a_fault_is_not():
+    res = run_ranks(workers.goodbye_is_not_a_warning, 2, {}, timeout=180)
+    lines = [(level, msg) for recs in res for level, msg in recs if " -> " in msg]
+    fault = [(level, msg) for level, msg in lines if "rail2" in msg and "-> down" in msg and "closed" not in msg]
+    assert fault and all(level == "WARNING" for level, _ in fault), lines
+    goodbye = [(level, msg) for level, msg in res[0] if "-> down" in msg and "closed its communicator" in msg]
+    assert len(goodbye) >= 3, res[0]  # rank 1's rails went down from rank 0's side
+    assert all(level == "INFO" for level, _ in goodbye), goodbye

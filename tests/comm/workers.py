@@ -312,3 +312,47 @@ def spin_pays_or_stops(rank, world, store, opts):
                 "late_misses": late["spin_misses"] - quick["spin_misses"]}
     finally:
         comm.close()
+
+
+def goodbye_is_not_a_warning(rank, world, store, opts):
+    """A rail that fails is logged as a warning; the rails of a peer that closed its
+    communicator go down too, but that is logged at INFO. Returns the monitor's log records."""
+    import logging
+
+    from r2cc_serve.health.monitor import RailMonitor
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.levelname, record.getMessage()))
+
+    logger = logging.getLogger("r2cc_serve.health")
+    handler = Keep(level=logging.DEBUG)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    comm = open_comm(rank, world, store, **opts)
+    monitor = RailMonitor(comm, "test", rank, rank, None, 0.005, "loopback").start()
+    try:
+        x = make_input(rank, 4 << 20, torch.float32)
+        comm.all_reduce(x.clone())
+        if rank == 1:
+            comm.inject_failure(0, 2, after_chunks=5)
+        comm.all_reduce(x.clone())  # rail 2 fails mid-way; the transfer finishes on the others
+        deadline = time.time() + 10
+        while time.time() < deadline and any(s["state"] != "up" for s in comm.rail_stats()):
+            time.sleep(0.02)
+        comm.all_reduce(x.clone())  # both ranks are past the fault
+        if rank == 1:
+            return records
+        store.set("rank0_ready", "1")
+        while time.time() < deadline + 10 and not any(p["closed"] for p in comm.peer_stats()):
+            time.sleep(0.02)
+        time.sleep(0.1)  # a few monitor samples after the goodbye
+        return records
+    finally:
+        monitor.stop()
+        if rank == 1:
+            store.wait(["rank0_ready"])
+        comm.close()
+        logger.removeHandler(handler)
