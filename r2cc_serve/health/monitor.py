@@ -95,7 +95,7 @@ class RailMonitor:
             self._last[key] = r["state"]
         # Sampled after the rails: a goodbye marks the peer closed as it takes its rails down.
         peers = self.comm.peer_stats()
-        closed = {p["peer"] for p in peers if p.get("closed")}
+        closed = {p["peer"] for p in peers if p["closed"]}
         for ev in changed:
             # A peer that closed its communicator took its rails down on purpose: not a warning.
             level = logging.INFO if ev["peer"] in closed and ev["to"] == "down" else logging.WARNING
