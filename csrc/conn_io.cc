@@ -218,10 +218,7 @@ void Transport::writer_loop(Conn& c) {
       lk.lock();
       c.writing = false;
       if (chunk.msg) finish_chunk_write_locked(chunk);
-      if (err.empty() && chunk.msg && c.fail_after_chunks > 0 && --c.fail_after_chunks == 0) {
-        c.fail_after_chunks = -1;
-        err = "injected failure (test)";
-      }
+      if (err.empty() && chunk.msg && c.injected_failure_due()) err = "injected failure (test)";
       if (!err.empty()) {
         fail_conn_locked(c, epoch,
                          "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);

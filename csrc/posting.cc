@@ -130,8 +130,9 @@ void Transport::finish_chunk_write_locked(const Chunk& chunk) {
 }
 
 bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode,
-                                std::vector<bool>* rails_used) {
+                                std::vector<bool>* rails_used, Conn* only) {
   const bool hedge = mode == InlineSend::kHedge;
+  const bool if_room = mode == InlineSend::kIfRoom || mode == InlineSend::kRefill;
   const int taken = hedge ? chunk.msg->on_rail[chunk.idx] : -1;  // a hedge copy needs another rail
   // kIfRoom: one chunk per rail and message (rails_used): a rail that had room for every chunk
   // took them all (1 MiB at 1gbit went out on one rail), and the others' buffers, never used,
@@ -140,10 +141,10 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   const int room = int(2 * chunk.msg->chunk_len(chunk.idx) + 4096);
   Conn* best = nullptr;
   for (auto& c : p.conns)
-    if (c->rail != taken && !c->writing && c->inflight_bytes < window_for_locked(*c) && c->ctrl.empty() &&
-        c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
+    if (c->rail != taken && (!only || c.get() == only) && !c->writing && c->inflight_bytes < window_for_locked(*c) &&
+        c->ctrl.empty() && c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
         (!best || c->inflight_bytes < best->inflight_bytes) &&
-        (mode != InlineSend::kIfRoom || (!(*rails_used)[size_t(c->rail)] && send_space(c->fd) >= room)))
+        (!if_room || ((!rails_used || !(*rails_used)[size_t(c->rail)]) && send_space(c->fd) >= room)))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;
@@ -164,12 +165,13 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   c.writing = false;
   finish_chunk_write_locked(chunk);
   release_fd_locked(c, fd);
+  if (err.empty() && mode == InlineSend::kRefill && c.injected_failure_due()) err = "injected failure (test)";
   if (!err.empty())
     fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
                                    " failed: " + err);
   // Wake this peer's writers only when one may have work that waited for the socket (a
-  // kIfRoom caller wakes them once, after its last chunk).
-  if (!err.empty() || (mode != InlineSend::kIfRoom && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
+  // kIfRoom or kRefill caller wakes the ones it needs once, after its last chunk).
+  if (!err.empty() || (!if_room && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
     p.wake_writers();
   return true;
 }
@@ -367,12 +369,37 @@ void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t
   c.inflight.erase(f);
   c.inflight_bytes -= bytes;
   c.acked_bytes += bytes;
-  // Freed window space matters only to writers with chunks waiting, and only on this rail.
-  if (!p.queue.empty()) c.cv.notify_one();
+  // Freed window space matters only to writers with chunks waiting, and only on this rail. The
+  // driving caller fills it itself after its read (refill_freed_rails_locked): no wake-up.
+  if (!p.queue.empty()) {
+    if (rx_on_driving_thread()) c.window_freed = true;
+    else c.cv.notify_one();
+  }
   if (c.inflight.empty()) {
     c.busy_ns += now - c.busy_since_ns;
     c.busy_since_ns = 0;
     if (c.state == RailState::kDraining) c.state = RailState::kDrained;
+  }
+}
+
+void Transport::refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk) {
+  // At 4 hosts x 1gbit, waking a rail's writer for each acked 256 KiB chunk was ~8k context
+  // switches a second per box; the caller that read the ack is awake anyway.
+  for (auto& cp : p.conns) {
+    Conn& c = *cp;
+    if (!c.window_freed) continue;
+    c.window_freed = false;
+    while (error_.empty() && !p.queue.empty()) {
+      const Chunk next = p.queue.front();
+      p.queue.pop_front();
+      if (next.msg->done || next.msg->acked[next.idx]) continue;
+      if (!try_send_inline(p, next, lk, InlineSend::kRefill, nullptr, &c)) {
+        p.queue.push_front(next);
+        break;
+      }
+    }
+    // Window left but no room in the socket (or it is busy): the writer blocks on it instead.
+    if (!p.queue.empty() && c.inflight_bytes < window_for_locked(c)) c.cv.notify_one();
   }
 }
 

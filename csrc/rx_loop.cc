@@ -248,23 +248,28 @@ void Transport::rx_handle(RxStream& s) {
     else if (errno == EAGAIN || errno == EWOULDBLOCK) break;
     else err = "recv: " + errno_str(errno);
   }
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   s.busy = false;
   if (!err.empty())
     fail_conn_locked(c, s.epoch,
                      "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);
   if (stopping_) return;
-  if (s.epoch != c.epoch.load()) return rx_retire_locked(s);
-  if (s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load()))
-    rx_release_claim_locked(s, false);
-  rx_arm_locked(s);
   Peer& p = *peers_[c.peer];
-  if (tl_driving && p.acks_urgent && !p.acks.empty()) {
-    // Acks that free the sender's window go out now from this thread, on the rail they came
-    // by when its socket is free: no writer wake-up per chunk.
-    if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
+  if (s.epoch != c.epoch.load()) {
+    rx_retire_locked(s);
+  } else {
+    if (s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load()))
+      rx_release_claim_locked(s, false);
+    rx_arm_locked(s);
+    if (tl_driving && p.acks_urgent && !p.acks.empty()) {
+      // Acks that free the sender's window go out now from this thread, on the rail they came
+      // by when its socket is free: no writer wake-up per chunk.
+      if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
+    }
+    if (p.acks.empty()) p.acks_urgent = false;
   }
-  if (p.acks.empty()) p.acks_urgent = false;
+  // Window the acks just read freed (forget_inflight_locked) is filled now, retired or not.
+  if (tl_driving) refill_freed_rails_locked(p, lk);
 }
 
 bool Transport::rx_on_driving_thread() { return tl_driving; }

@@ -176,8 +176,8 @@ class Transport {
   void failover_rail(int rail, bool force = true); // fail now, re-send in-flight chunks, keep it out
   void restore_rail(int rail);  // end an operator failover: probe and re-admit
   // Test fault injector: rail `rail` to `peer` fails (as on a socket error) right after
-  // its writer thread has sent `chunks` more data chunks, i.e. with a chunk surely in
-  // flight. Chunks sent inline by the posting thread (one-chunk messages) do not count.
+  // its writer thread (or a caller refilling its window) has sent `chunks` more data chunks,
+  // i.e. with a chunk surely in flight. Chunks sent by the posting thread do not count.
   void inject_failure(int peer, int rail, int64_t chunks);
 
   // Kills the group: every rank's next (or current) wait throws `reason`.
@@ -267,10 +267,15 @@ class Transport {
   void check_call_locked(Peer& p, const InMsg& m);  // a mismatch aborts the group
   // Writes one chunk from the posting thread when a rail is idle (unlocks lk while writing);
   // false when no rail could take it now. kHedge: a second copy, on another rail; kIfRoom: only
-  // on a rail whose socket buffer has room for the whole chunk (the write does not block).
-  enum class InlineSend { kAny, kHedge, kIfRoom };
+  // on a rail whose socket buffer has room for the whole chunk (the write does not block);
+  // kRefill: as kIfRoom, on rail `only`, any number of chunks per message.
+  enum class InlineSend { kAny, kHedge, kIfRoom, kRefill };
   bool try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode,
-                       std::vector<bool>* rails_used = nullptr);  // kIfRoom: rails this message took
+                       std::vector<bool>* rails_used = nullptr,  // kIfRoom: rails this message took
+                       Conn* only = nullptr);
+  // The driving caller read acks that freed window on rails of p: it writes their next chunks
+  // itself where the socket has room, and wakes the writer of a rail where it had none.
+  void refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk);
   // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
   void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
   void spin_until_any_done(const Op* ops, size_t n) const;  // lock free; up to spin_us

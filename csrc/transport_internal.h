@@ -46,7 +46,13 @@ struct Transport::Conn {
   }
   RxStream* rx = nullptr;  // the receive stream of the current socket (rx_loop.cc)
   int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
+  bool injected_failure_due() {  // a data chunk was written: is this the one to fail after?
+    if (fail_after_chunks <= 0 || --fail_after_chunks > 0) return false;
+    fail_after_chunks = -1;
+    return true;
+  }
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
+  bool window_freed = false;  // the driving caller's read freed window here: it refills it (posting.cc)
   // This connection's writer waits here. One per connection, not per peer: an ack frees
   // window on its own rail only, and waking every writer of the peer for it cost three
   // useless context switches per 256 KiB chunk at 4 rails.
