@@ -52,7 +52,7 @@ std::string Transport::stopped_chunk_reason() const {
 }
 
 std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
-                                   const std::function<bool()>& stale) {
+                                   const std::function<bool()>& stale, size_t* done, bool may_block) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
   // (suspect) rail is still writing it: stop reading the caller's buffer then. A
   // copied message owns its bytes: it is always written out whole.
@@ -60,8 +60,20 @@ std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeade
   const FrameHeader& h = frames.back();
   const bool owned = !m.owned.empty();
   auto stop = [&] { return stale() || (!owned && (m.done.load() || aborted_.load())); };
-  std::string err = writev_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), m.data + h.offset, h.len,
-                                kPollMs, stop, sent_progress(c));
+  const char* a = reinterpret_cast<const char*>(frames.data());
+  size_t na = frames.size() * sizeof(FrameHeader);
+  const char* b = m.data + h.offset;
+  size_t nb = h.len;
+  const size_t skip = done ? *done : 0;  // resuming a chunk another thread began
+  if (skip < na) {
+    a += skip;
+    na -= skip;
+  } else {
+    b += skip - na;
+    nb -= skip - na;
+    na = 0;
+  }
+  std::string err = writev_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
   if (err == "stopped" && !stale()) err = stopped_chunk_reason();
   return err;
 }
@@ -157,6 +169,20 @@ void Transport::writer_loop(Conn& c) {
   serve_connection(c, [&](std::unique_lock<std::mutex>& lk, uint64_t epoch, int fd) {
     auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
     while (!stale()) {
+      if (c.handoff && c.handoff->epoch == epoch) {  // finish the chunk a caller began (writing stays set)
+        std::unique_ptr<Conn::Handoff> h = std::move(c.handoff);
+        lk.unlock();
+        std::string err = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
+        lk.lock();
+        c.writing = false;
+        finish_chunk_write_locked(h->chunk);
+        if (!err.empty()) {
+          fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
+                                         " failed: " + err);
+          break;
+        }
+        continue;
+      }
       if (c.writing) {  // an inline sender owns the socket right now
         c.cv.wait_for(lk, std::chrono::milliseconds(1));
         continue;

@@ -122,8 +122,11 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
       // the connection for good only when the path stays dead.
       if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), why);
       else suspect_conn_locked(c, why);
-    } else if (c.suspect) {
-      c.suspect = false;  // its path carries bytes again: back in service without a reconnect
+    } else if (c.suspect && c.last_rx_ns.load() > c.suspect_since_ns) {
+      // Bytes came on it since it fell quiet: back in service without a reconnect. Not merely
+      // "heard" (a stall of this process suspends judging, it is no sign of life): a watchdog kept
+      // off the lock for 30 ms put a dead rail back, and it failed for good 400 ms later.
+      c.suspect = false;
       p.wake_writers();
     }
   }

@@ -67,9 +67,17 @@ void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int6
   notify_done_locked();
 }
 
+void Transport::drop_handoff_locked(Conn& c) {
+  if (!c.handoff) return;
+  finish_chunk_write_locked(c.handoff->chunk);  // its chunk was re-queued with the rest
+  c.handoff.reset();
+  c.writing = false;  // nobody was writing: the writer had not taken it yet
+}
+
 void Transport::suspect_conn_locked(Conn& c, const std::string& reason) {
   if (c.suspect || !is_connected(c.state)) return;
   c.suspect = true;
+  c.suspect_since_ns = now_ns();
   requeue_inflight_locked(c, reason, now_ns());
 }
 
@@ -81,6 +89,7 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& rea
   Peer& p = *peers_[c.peer];
   c.state = RailState::kDown;
   c.epoch++;  // the reader/writer of the old socket stand down
+  drop_handoff_locked(c);
   const int64_t now = now_ns();
   c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
   if (c.suspect) {  // already counted and re-queued when it fell silent
@@ -103,6 +112,7 @@ void Transport::peer_closed_locked(Peer& p) {
     ::shutdown(c->fd, SHUT_RDWR);
     c->state = RailState::kDown;
     c->epoch++;
+    drop_handoff_locked(*c);
     c->st.last_error = "rank " + std::to_string(p.rank) + " closed its communicator";
     c->st.last_error_time = unix_now();
   }

@@ -173,7 +173,8 @@ std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::funct
 }
 
 std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
-                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress) {
+                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress,
+                        size_t* sent) {
   iovec iov[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
   int idx = 0;
   while (idx < 2) {
@@ -187,6 +188,7 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
     msg.msg_iovlen = size_t(2 - idx);
     ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (w > 0 && on_progress) on_progress();
+    if (w > 0 && sent) *sent += size_t(w);
     if (w >= 0) {
       size_t left = size_t(w);
       while (idx < 2 && left >= iov[idx].iov_len) {
@@ -203,6 +205,7 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return "send: " + errno_str(errno);
     if (should_stop && should_stop()) return "stopped";
+    if (poll_ms == 0) return "blocked";
     pollfd pf{fd, POLLOUT, 0};
     poll(&pf, 1, poll_ms);
   }

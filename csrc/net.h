@@ -50,8 +50,11 @@ std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::funct
 // `on_progress` (if given) runs after every send call that moved bytes.
 std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
                        const std::function<void()>& on_progress = nullptr);
+// With `sent` given, *sent counts the bytes written (of a, then b); poll_ms 0 returns "blocked"
+// at the first moment the socket takes no more, instead of waiting.
 std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
-                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress = nullptr);
+                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress = nullptr,
+                        size_t* sent = nullptr);
 
 // What the kernel knows of a connection's path (TCP_INFO): segments sent but not yet
 // acknowledged by the peer's kernel, and how long ago the last ACK came. A stopped peer

@@ -236,6 +236,7 @@ class Transport {
   // failover.cc: acting on a failed or quiet rail: its un-acked chunks go back to the queue.
   void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);  // no-op if epoch moved on
   void suspect_conn_locked(Conn& c, const std::string& reason);
+  void drop_handoff_locked(Conn& c);  // the socket is gone: a chunk handed to its writer is let go
   void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
   void peer_closed_locked(Peer& p);
   bool peer_has_link_locked(const Peer& p) const;
@@ -328,8 +329,10 @@ class Transport {
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
   // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes;
   // blocks, lock free; "" or why it failed.
+  // *done (if given): bytes of frames + payload written before (in) and after (out) the call;
+  // without may_block it returns "blocked" when the socket takes no more.
   std::string write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
-                          const std::function<bool()>& stale);
+                          const std::function<bool()>& stale, size_t* done = nullptr, bool may_block = true);
   // Moves owed acks into `frames` (at most `max_total` frames in all); returns how many.
   size_t take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
                           size_t max_total = 512);

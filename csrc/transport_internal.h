@@ -25,6 +25,7 @@ struct Transport::Conn {
   // takes no new ones, but the connection is kept; bytes arriving again clear it, a
   // longer silence fails it for real.
   bool suspect = false;
+  int64_t suspect_since_ns = 0;
   std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
   size_t inflight_bytes = 0;
   std::deque<FrameHeader> ctrl;  // frames only this connection may carry (echo, drain)
@@ -53,6 +54,16 @@ struct Transport::Conn {
   }
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   bool window_freed = false;  // the driving caller's read freed window here: it refills it (posting.cc)
+  // A chunk a caller began writing inline when the socket stopped taking bytes: this
+  // connection's writer writes the rest (writing stays set until then, so nothing else gets in
+  // between). A caller never waits on a socket: it is the one reading the peers' acks.
+  struct Handoff {
+    uint64_t epoch;
+    std::vector<FrameHeader> frames;
+    Chunk chunk;
+    size_t done;  // bytes of frames + payload already written
+  };
+  std::unique_ptr<Handoff> handoff;
   // This connection's writer waits here. One per connection, not per peer: an ack frees
   // window on its own rail only, and waking every writer of the peer for it cost three
   // useless context switches per 256 KiB chunk at 4 rails.
