@@ -51,6 +51,20 @@ std::string Transport::stopped_chunk_reason() const {
                          : "abandoned a chunk that another rail delivered first";
 }
 
+std::string Transport::send_failed(const Conn& c, const std::string& why) {
+  return "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed" +
+         (why.empty() ? "" : ": " + why);
+}
+
+Transport::Chunk Transport::pop_live_chunk_locked(Peer& p) {
+  while (!p.queue.empty()) {
+    Chunk ch = p.queue.front();
+    p.queue.pop_front();
+    if (!ch.msg->done && !ch.msg->acked[ch.idx]) return ch;
+  }
+  return Chunk{};
+}
+
 std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                                    const std::function<bool()>& stale, size_t* done, bool may_block) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
@@ -112,8 +126,7 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
       c.acks_carried.pop_back();
     }
   } else {
-    fail_conn_locked(c, c.epoch.load(),
-                     "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed");
+    fail_conn_locked(c, c.epoch.load(), send_failed(c, ""));
   }
   return sent;
 }
@@ -177,8 +190,7 @@ void Transport::writer_loop(Conn& c) {
         c.writing = false;
         finish_chunk_write_locked(h->chunk);
         if (!err.empty()) {
-          fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
-                                         " failed: " + err);
+          fail_conn_locked(c, epoch, send_failed(c, err));
           break;
         }
         continue;
@@ -199,16 +211,8 @@ void Transport::writer_loop(Conn& c) {
       take_acks_locked(c, p, frames, now);
       // Next chunk, if the window allows; chunks acked meanwhile are dropped from the queue.
       Chunk chunk;
-      if (error_.empty() && c.inflight_bytes < window_for_locked(c) && conn_takes_chunks_locked(c, p)) {
-        while (!p.queue.empty()) {
-          Chunk ch = p.queue.front();
-          p.queue.pop_front();
-          if (!ch.msg->done && !ch.msg->acked[ch.idx]) {
-            chunk = ch;
-            break;
-          }
-        }
-      }
+      if (error_.empty() && c.inflight_bytes < window_for_locked(c) && conn_takes_chunks_locked(c, p))
+        chunk = pop_live_chunk_locked(p);
       if (frames.empty() && !chunk.msg && abort_reason.empty()) {
         // Nothing to write. Work arrives with a notify; acks owed to the peer ride on the
         // watchdog's heartbeats, so an idle writer need not wake every heartbeat period
@@ -246,8 +250,7 @@ void Transport::writer_loop(Conn& c) {
       if (chunk.msg) finish_chunk_write_locked(chunk);
       if (err.empty() && chunk.msg && c.injected_failure_due()) err = "injected failure (test)";
       if (!err.empty()) {
-        fail_conn_locked(c, epoch,
-                         "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);
+        fail_conn_locked(c, epoch, send_failed(c, err));
         break;
       }
     }

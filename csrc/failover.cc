@@ -76,9 +76,10 @@ void Transport::drop_handoff_locked(Conn& c) {
 
 void Transport::suspect_conn_locked(Conn& c, const std::string& reason) {
   if (c.suspect || !is_connected(c.state)) return;
+  const int64_t now = now_ns();
   c.suspect = true;
-  c.suspect_since_ns = now_ns();
-  requeue_inflight_locked(c, reason, now_ns());
+  c.suspect_since_ns = now;
+  requeue_inflight_locked(c, reason, now);
 }
 
 void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason) {

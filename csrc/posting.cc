@@ -181,8 +181,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   release_fd_locked(c, fd);
   if (err.empty() && mode == InlineSend::kRefill && c.injected_failure_due()) err = "injected failure (test)";
   if (!err.empty())
-    fail_conn_locked(c, epoch, "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
-                                   " failed: " + err);
+    fail_conn_locked(c, epoch, send_failed(c, err));
   // Wake this peer's writers only when one may have work that waited for the socket (a
   // kIfRoom or kRefill caller wakes the ones it needs once, after its last chunk).
   if (!err.empty() || (!if_room && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
@@ -403,10 +402,9 @@ void Transport::refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>&
     Conn& c = *cp;
     if (!c.window_freed) continue;
     c.window_freed = false;
-    while (error_.empty() && !p.queue.empty()) {
-      const Chunk next = p.queue.front();
-      p.queue.pop_front();
-      if (next.msg->done || next.msg->acked[next.idx]) continue;
+    while (error_.empty()) {
+      const Chunk next = pop_live_chunk_locked(p);
+      if (!next.msg) break;
       if (!try_send_inline(p, next, lk, InlineSend::kRefill, nullptr, &c)) {
         p.queue.push_front(next);
         break;

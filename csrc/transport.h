@@ -266,7 +266,8 @@ class Transport {
   // while asleep and always ends (done, the group's error, or a detector verdict).
   void check_peer(int peer) const;  // throws invalid_argument
   void check_call_locked(Peer& p, const InMsg& m);  // a mismatch aborts the group
-  // Writes one chunk from the posting thread when a rail is idle (unlocks lk while writing);
+  // Writes one chunk from the calling thread when a rail is idle (unlocks lk while writing; never
+  // waits on the socket: what it cannot take now the rail's writer finishes, Conn::handoff);
   // false when no rail could take it now. kHedge: a second copy, on another rail; kIfRoom: only
   // on a rail whose socket buffer has room for the whole chunk (the write does not block);
   // kRefill: as kIfRoom, on rail `only`, any number of chunks per message.
@@ -342,6 +343,10 @@ class Transport {
   // nothing to send); 0: no room or the socket is busy (acks stay owed); -1: the rail failed.
   int send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now);
   std::string stopped_chunk_reason() const;
+  static std::string send_failed(const Conn& c, const std::string& why);  // "send to rank N on railK failed: why"
+  // Pops p's next queued chunk that still needs sending (chunks acked or finished meanwhile are
+  // dropped); an empty Chunk (msg null) when there is none.
+  static Chunk pop_live_chunk_locked(Peer& p);
 
   int rank_, world_;
   std::vector<std::string> rail_ips_;
