@@ -87,7 +87,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("chunks_resent", &Counters::chunks_resent)
       .def_readonly("bytes_resent", &Counters::bytes_resent)
       .def_readonly("spin_hits", &Counters::spin_hits)
-      .def_readonly("spin_misses", &Counters::spin_misses);
+      .def_readonly("spin_misses", &Counters::spin_misses)
+      .def_readonly("handoffs", &Counters::handoffs);
 
   using gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Transport>(m, "Transport")
@@ -108,6 +109,7 @@ PYBIND11_MODULE(_C, m) {
       .def("failover_rail", &Transport::failover_rail, py::arg("rail"), py::arg("force") = true, gil())
       .def("restore_rail", &Transport::restore_rail, gil())
       .def("inject_failure", &Transport::inject_failure, py::arg("peer"), py::arg("rail"), py::arg("chunks"))
+      .def("inject_full_socket", &Transport::inject_full_socket, py::arg("peer"), py::arg("rail"))
       .def("abort", [](Transport& t, const std::string& reason) { t.abort(reason); }, gil())
       .def("error", &Transport::error, gil())
       .def("error_kind", [](const Transport& t) { return std::string(error_kind_name(t.error_kind())); }, gil())

@@ -77,11 +77,21 @@ void Transport::failover_rail(int rail, bool force) {
   for (auto [p, c] : conns_on_rail_locked(rail)) fail_conn_locked(*c, c->epoch.load(), "operator failover");
 }
 
-void Transport::inject_failure(int peer, int rail, int64_t chunks) {
+void Transport::check_conn(int peer, int rail) const {
   if (peer < 0 || peer >= world_ || peer == rank_ || rail < 0 || rail >= num_rails())
     throw std::out_of_range("r2cc: no connection to rank " + std::to_string(peer) + " on rail " + std::to_string(rail));
+}
+
+void Transport::inject_failure(int peer, int rail, int64_t chunks) {
+  check_conn(peer, rail);
   std::lock_guard<std::mutex> g(mu_);
   peers_[peer]->conns[rail]->fail_after_chunks = chunks;
+}
+
+void Transport::inject_full_socket(int peer, int rail) {
+  check_conn(peer, rail);
+  std::lock_guard<std::mutex> g(mu_);
+  peers_[peer]->conns[rail]->skip_room_check = true;
 }
 
 void Transport::restore_rail(int rail) {

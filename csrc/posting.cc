@@ -148,7 +148,8 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
     if (c->rail != taken && (!only || c.get() == only) && !c->writing && c->inflight_bytes < window_for_locked(*c) &&
         c->ctrl.empty() && c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
         (!best || c->inflight_bytes < best->inflight_bytes) &&
-        (!if_room || ((!rails_used || !(*rails_used)[size_t(c->rail)]) && send_space(c->fd) >= room)))
+        (!if_room || ((!rails_used || !(*rails_used)[size_t(c->rail)]) &&
+                      (send_space(c->fd) >= room || c->skip_room_check))))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;
@@ -162,6 +163,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   frames.push_back(start_chunk_locked(c, chunk, now, hedge));
   c.writing = true;
   use_fd_locked(c, fd);
+  c.skip_room_check = false;
   lk.unlock();
   auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
   size_t done = 0;
@@ -172,6 +174,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
     // fills up mid-chunk, the rail's writer finishes it. (A caller blocked here while driving
     // read nobody's acks: at 4 hosts a rail fault then took 400 ms instead of 60 to fail over.)
     c.handoff.reset(new Conn::Handoff{epoch, std::move(frames), chunk, done});
+    counters_.handoffs++;
     c.cv.notify_one();
     err.clear();
   } else {

@@ -114,6 +114,7 @@ struct Counters {
   uint64_t bytes_resent = 0;
   uint64_t spin_hits = 0;    // waits that spun and got their bytes without sleeping
   uint64_t spin_misses = 0;  // waits that spun for nothing, then slept
+  uint64_t handoffs = 0;     // inline writes that filled the socket: the rail's writer finished the chunk
 };
 
 struct OutMsg;
@@ -179,6 +180,10 @@ class Transport {
   // its writer thread (or a caller refilling its window) has sent `chunks` more data chunks,
   // i.e. with a chunk surely in flight. Chunks sent by the posting thread do not count.
   void inject_failure(int peer, int rail, int64_t chunks);
+  // Test fault injector: the calling thread's next inline chunk may go on rail `rail` to `peer`
+  // without the room check, as when the kernel's count of buffer overhead outgrows the check: a
+  // chunk larger than the socket takes fills it part-way, and the rail's writer must finish it.
+  void inject_full_socket(int peer, int rail);
 
   // Kills the group: every rank's next (or current) wait throws `reason`.
   void abort(const std::string& reason, ErrorKind kind = ErrorKind::kAborted);
@@ -258,6 +263,7 @@ class Transport {
 
   // operator_actions.cc: each action atomic under mu_; a refused one changes nothing.
   void check_rail(int rail) const;  // throws out_of_range
+  void check_conn(int peer, int rail) const;  // throws out_of_range
   void check_last_rail_locked(int rail, const char* action) const;  // throws LastRailError
   std::vector<std::pair<Peer*, Conn*>> conns_on_rail_locked(int rail) const;  // one per peer
   void set_rail_drained_locked(int rail, bool drained);

@@ -52,6 +52,7 @@ struct Transport::Conn {
     fail_after_chunks = -1;
     return true;
   }
+  bool skip_room_check = false;  // test fault injector (inject_full_socket)
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   bool window_freed = false;  // the driving caller's read freed window here: it refills it (posting.cc)
   // A chunk a caller began writing inline when the socket stopped taking bytes: this

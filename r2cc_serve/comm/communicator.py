@@ -336,6 +336,13 @@ class Communicator:
         use messages of several chunks (R2CC_CHUNK_BYTES) when a test needs the failure."""
         self._t.inject_failure(self._check_peer(peer), self._check_rail(rail), after_chunks)
 
+    def inject_full_socket(self, peer: int, rail: int) -> None:
+        """Test fault injector: the next chunk this rank's calling thread writes itself may go on
+        `rail` to `peer` without checking the socket has room for all of it. A chunk larger
+        than the socket takes (R2CC_CHUNK_BYTES) then fills it part-way, and the rail's writer
+        thread must finish it."""
+        self._t.inject_full_socket(self._check_peer(peer), self._check_rail(rail))
+
     def abort(self, reason: str) -> None:
         self._t.abort(reason)
 
@@ -367,7 +374,7 @@ class Communicator:
     def counters(self) -> dict:
         c = self._t.counters()
         return {k: getattr(c, k) for k in ("rejected_handshakes", "failovers", "chunks_resent", "bytes_resent",
-                                           "spin_hits", "spin_misses")}
+                                           "spin_hits", "spin_misses", "handoffs")}
 
     def error(self) -> str:
         return self._t.error()

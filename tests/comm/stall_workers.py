@@ -132,3 +132,54 @@ def mismatched_call(rank, world, store, case, opts):
         return {"raised": None, "returned": returned.tolist()[:4]}
     finally:
         comm.close()
+
+
+def handoff_to_writer(rank, world, store, fail_carrier, opts):
+    """Rank 0 sends 48 MiB to rank 1 while rank 1 is stopped; rank 0's calling thread writes
+    a 16 MiB chunk itself on rail 1 (inject_full_socket: no room check), more than the socket and
+    the stopped peer's kernel take, and the rail's writer must finish it: a caller never waits
+    on a socket. With fail_carrier, rank 0 fails rail 1 while the hand-off waits (rank 1 still
+    stopped): the chunk goes to another rail. Either way rank 1 gets the bytes exact."""
+    n = 12 << 20  # float32: 48 MiB in 16 MiB chunks (send buffers top out at 4 MiB, receive at 6)
+    comm = open_comm(rank, world, store, chunk_bytes=16 << 20, window_bytes=32 << 20, **opts)
+    try:
+        store.set(f"pid/{rank}", str(os.getpid()))
+        want = make_input(0, n, torch.float32)
+        comm.all_reduce(torch.ones(4))
+        _barrier(store, "go", rank, world)
+        seen = {}
+        if rank == 1:
+            got = comm.recv(torch.empty(n), 0)
+            ok = bits_equal(got, want)
+        else:
+            victim = int(store.get("pid/1"))
+            os.kill(victim, signal.SIGSTOP)
+            time.sleep(0.2)  # the signal has landed: rank 1 reads nothing now
+            comm.inject_full_socket(1, 1)
+
+            def watch_then_go():
+                try:
+                    time.sleep(0.5)
+                    seen.update(handoffs=comm.counters()["handoffs"],
+                                carriers=[s["rail"] for s in comm.rail_stats() if s["inflight_bytes"]])
+                    if fail_carrier:
+                        comm.failover_rail(1)
+                        time.sleep(0.3)
+                        seen["after_failover"] = [s["rail"] for s in comm.rail_stats() if s["inflight_bytes"]]
+                finally:
+                    os.kill(victim, signal.SIGCONT)
+
+            t = threading.Thread(target=watch_then_go)
+            t.start()
+            t0 = time.time()
+            comm.send(want, 1)
+            seen["send_s"] = time.time() - t0
+            t.join()
+            ok = True
+            if fail_carrier:
+                comm.restore_rail(1)
+        after = comm.all_reduce(torch.ones(1 << 16))  # the group goes on
+        return {"ok": ok, "after_ok": bool((after == world).all()), "seen": seen, **comm.counters(),
+                "error": comm.error()}
+    finally:
+        comm.close()

@@ -45,3 +45,19 @@ def test_mismatched_calls_fail_on_every_rank(case):
     assert len({r["msg"] for r in res}) == 1, res  # the same error on every rank, naming both calls
     if case != "root":  # both ranks must wait for each other: the call itself fails
         assert all(r["raised"] == "call" for r in res), res
+
+
+@pytest.mark.parametrize("fail_carrier", [False, True], ids=["writer-finishes", "carrier-fails"])
+def test_an_inline_write_that_fills_the_socket_is_finished_by_the_writer(fail_carrier):
+    res = run_ranks(stall_workers.handoff_to_writer, 2, fail_carrier, {}, timeout=90)
+    for r in res:
+        assert r["ok"] and r["after_ok"] and not r["error"], r
+    sender = res[0]
+    seen = sender["seen"]
+    assert seen["handoffs"] == 1 and 1 in seen["carriers"], seen  # rail 1's writer holds the rest
+    assert seen["send_s"] >= 0.5, seen  # and the send really waited for the stopped peer
+    if fail_carrier:
+        assert sender["failovers"] >= 1 and sender["chunks_resent"] >= 1, sender
+        assert 1 not in seen["after_failover"], seen  # its chunks left the failed rail
+    else:
+        assert sender["failovers"] == 0 and sender["chunks_resent"] == 0, sender
