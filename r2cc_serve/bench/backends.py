@@ -1,4 +1,4 @@
-"""The three backends a worker can drive, behind one small interface.
+"""The backends a worker can drive (r2cc, gloo, Open MPI, and a bare-TCP floor), behind one small interface.
 
     b = make_backend("gloo", rank, world, store, rails, timeout_s)
     runner = b.runner("all_reduce", inp)   # buffers allocated once, outside any timing
@@ -200,8 +200,30 @@ class MpiBackend(_PeerBackend):
         pass
 
 
+class TcpFloorBackend(_PeerBackend):
+    """A plain TCP ring over the same rails, all_reduce only (bench/tcp_floor.py): the floor."""
+    name = "tcp-floor"
+
+    def __init__(self, rank, world, store, rails, timeout_s):
+        from r2cc_serve.bench.tcp_floor import TcpRing
+        from r2cc_serve.comm.rail_names import resolve_rails
+        self.ring = TcpRing(rank, world, store, resolve_rails(rails, None), timeout_s)
+        self._one = torch.zeros(world)
+
+    def barrier(self) -> None:
+        self.ring.all_reduce(self._one)
+
+    def runner(self, op: str, inp: torch.Tensor) -> Runner:
+        if op != "all_reduce":
+            raise ValueError(f"tcp-floor runs all_reduce only, not {op}")
+        return _inplace(inp, self.ring.all_reduce)
+
+    def close(self) -> None:
+        self.ring.close()
+
+
 def make_backend(name: str, rank: int, world: int, store, rails: list[str], timeout_s: float, **kw):
-    cls = {"r2cc": R2ccBackend, "gloo": GlooBackend, "mpi": MpiBackend}[name]
+    cls = {"r2cc": R2ccBackend, "gloo": GlooBackend, "mpi": MpiBackend, "tcp-floor": TcpFloorBackend}[name]
     return cls(rank, world, store, rails, timeout_s, **kw)
 
 

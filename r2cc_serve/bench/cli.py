@@ -34,7 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth runs)")
     p.add_argument("--op", default="all_reduce", choices=spec.OPS)
     p.add_argument("--sizes", default="4K,1M,64M", help="message sizes, nccl-tests style (default 4K,1M,64M)")
-    p.add_argument("--backend", default="r2cc,gloo,mpi", help="comma list of r2cc,gloo,mpi")
+    p.add_argument("--backend", default="r2cc,gloo,mpi", help="comma list of r2cc,gloo,mpi,tcp-floor (tcp-floor: a plain TCP ring "
+                                                       "all_reduce over the same rails, no failover: what moving "
+                                                       "and summing the bytes costs at all)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
@@ -114,6 +116,7 @@ def options_from_args(args, rate: str | None = None):
                         "(use --backend r2cc)")
     for s in sizes:
         spec.check_op_size(args.op, s, args.hosts)
+    spec.check_floor(backends, args.op, args.fault)
     return BenchOptions(
         hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu,
         op=args.op, sizes=sizes, backends=backends, iters=args.iters,

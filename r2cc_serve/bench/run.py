@@ -22,7 +22,7 @@ from r2cc_serve import envs
 from r2cc_serve.bench import launch as launch_mod
 from r2cc_serve.bench import report as rep
 from r2cc_serve.bench.faultctl import FaultController, HeldFaults
-from r2cc_serve.bench.spec import BenchFault, format_size
+from r2cc_serve.bench.spec import FLOOR, BenchFault, format_size
 from r2cc_serve.lab.layout import rate_bits
 
 STARTUP_S = 60.0  # group set-up budget (gloo/MPI connect, r2cc handshakes) per launch
@@ -109,7 +109,7 @@ class Bench:
                 results += r
                 faults += f
             for backend in o.backends:
-                if backend != "r2cc":
+                if backend not in ("r2cc", FLOOR):  # the floor has no failover to measure
                     faults += self._fault_launches(backend, results)
             rep.add_ratios(results)
             report = {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,

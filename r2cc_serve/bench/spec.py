@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from r2cc_serve.errors import UserError
 from r2cc_serve.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
 
-BACKENDS = ("r2cc", "gloo", "mpi")
+BACKENDS = ("r2cc", "gloo", "mpi", "tcp-floor")
+# Not a library: a plain TCP ring all_reduce over the same rails, no failover (bench/tcp_floor.py).
+FLOOR = "tcp-floor"
 # r2cc all_reduce schedules (R2CC_SCHEDULE values); builtin is today's fixed C++ path.
 SCHEDULES = ("builtin", "auto", "direct", "one_shot", "ring", "optcc")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -56,6 +58,18 @@ def parse_backends(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise UserError(f"--backend {text!r} names a backend twice")
     return names
+
+
+def check_floor(backends: list[str], op: str, faults: list) -> None:
+    """tcp-floor is a reference for all_reduce's cost, with no failover to measure."""
+    if FLOOR not in backends:
+        return
+    if op != "all_reduce":
+        raise UserError(f"backend {FLOOR} runs all_reduce only (it is the cost floor of a ring all_reduce); "
+                        f"drop it for --op {op}")
+    if faults and backends == [FLOOR]:
+        raise UserError(f"backend {FLOOR} has no failover, so --fault has nothing to measure on it; "
+                        "add r2cc, gloo or mpi (faults skip tcp-floor)")
 
 
 def parse_schedules(text: str | None, op: str, backends: list[str]) -> list[str]:

@@ -79,17 +79,20 @@ def test_mpi_small_run(tmp_path):
 
 def test_a_rate_list_sweeps_and_tabulates(tmp_path):
     out, proc = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit,unshaped", "--sizes", "1M",
-                      "--backend", "r2cc", "--iters", "3", "--warmup", "1", timeout=120)
+                      "--backend", "r2cc,tcp-floor", "--iters", "3", "--warmup", "1", timeout=150)
     reps = out["sweep"]
     assert [r["rate"] for r in reps] == ["100mbit", None]
     for r in reps:
-        check_report(r, ["r2cc"], [1 << 20])
+        check_report(r, ["r2cc", "tcp-floor"], [1 << 20])
+        floor = next(x for x in r["results"] if x["backend"] == "tcp-floor")
+        assert min(floor["rail_tx_share"]) > 0.4, "the floor's ring stripes every step over both rails"
     shaped, unshaped = (r["results"][0]["busbw_GBps"] for r in reps)
     # The shaping was really changed. tbf lets a full bucket (256 KiB per rail) pass at once, so a
     # 1 MiB op may beat the line rate (0.025 GB/s on 2 rails) by up to 2x, never more.
     assert shaped <= 2 * (2 * 100e6 / 8 / 1e9) < unshaped, (shaped, unshaped)
     rows = proc.stdout[proc.stdout.index("bus bandwidth against rail rate"):].splitlines()
     assert rows[2].split()[:3] == ["100mbit", "1M", "0.025"] and rows[3].split()[0] == "unshaped", rows
+    assert "tcp-floor busbw" in rows[1] and "r2cc/tcp-floor" in rows[1], rows
 
 
 def test_a_spin_list_reaches_the_ranks_and_tabulates(tmp_path):

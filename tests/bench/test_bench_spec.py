@@ -34,6 +34,15 @@ def test_backends():
             spec.parse_backends(bad)
 
 
+def test_the_tcp_floor_is_an_all_reduce_reference_without_faults():
+    assert spec.parse_backends("r2cc,tcp-floor") == ["r2cc", "tcp-floor"]
+    spec.check_floor(["r2cc", "tcp-floor"], "all_reduce", ["h0:1:down"])  # faults then skip the floor
+    with pytest.raises(UserError, match="all_reduce only"):
+        spec.check_floor(["tcp-floor"], "all_gather", [])
+    with pytest.raises(UserError, match="no failover"):
+        spec.check_floor(["tcp-floor"], "all_reduce", ["h0:1:down"])
+
+
 def test_fault_specs():
     f = spec.parse_fault("h0:1:down@30%", hosts=2, rails=4)
     assert (f.fault.host, f.fault.rail, f.fault.kind, f.at, f.text) == (0, 1, "down", 0.3, "h0:1:down@30%")
