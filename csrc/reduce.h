@@ -12,7 +12,8 @@ enum class RedOp { kSum = 0, kMax = 1, kMin = 2 };
 
 size_t dtype_size(DType t);
 
-// `inputs` has n pointers ordered by rank; `out` may alias any input.
+// `inputs` has n pointers ordered by rank; `out` may be one of them (in place), but must not
+// overlap any input part-way.
 void reduce_in_order(DType t, RedOp op, void* out, const void* const* inputs, int n, size_t count);
 
 }  // namespace r2cc

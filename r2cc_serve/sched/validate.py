@@ -102,6 +102,11 @@ def _check_structure(plan: Plan, r: int, prog: Program) -> None:
             if sb not in sizes or so < 0 or so + n > sizes[sb]:
                 raise PlanError(f"{_where(r, prog, i)}: source {BUFFER_NAMES[sb] if sb in sizes else sb}"
                                 f"[{so}:{so + n}] outside the buffer")
+            # The C++ fold reads each element's sources once, then writes it: the region may be a
+            # source (in place) but must not overlap one part-way (csrc/reduce.h).
+            if kind == REDUCE and sb == buf and so != off and so < off + n and off < so + n:
+                raise PlanError(f"{_where(r, prog, i)}: region overlaps source {BUFFER_NAMES[sb]}[{so}:{so + n}] "
+                                "part-way (a reduce may only write over a source exactly)")
 
 
 def match_messages(plan: Plan, progs: list[Program]) -> dict[tuple[int, int], tuple[int, int]]:

@@ -141,6 +141,18 @@ def test_size_mismatch_unmatched_and_bounds_errors():
         validate(_plan(2, 8, [writes_input, sender]))
 
 
+def test_a_reduce_may_write_over_a_source_only_exactly():
+    def fold(shift):
+        def build(b):
+            b.add(REDUCE, buf=OUT, off=0, length=8, src_buf=[OUT, IN], src_off=[shift, 0])
+        return build
+    with pytest.raises(PlanError, match="part-way"):
+        validate(_plan(1, 16, [fold(4)]))
+    with pytest.raises(PlanError) as exact:  # in place is allowed (it fails later, on what it computes)
+        validate(_plan(1, 16, [fold(0)]))
+    assert "part-way" not in str(exact.value)
+
+
 def test_bad_peer_and_forward_dependency():
     def self_send(b):
         b.add(SEND, 0, IN, 0, 8)

@@ -12,7 +12,7 @@ DT = {torch.float32: _C.DType.f32, torch.float16: _C.DType.f16, torch.bfloat16: 
 
 @pytest.mark.parametrize("dtype", list(DT))
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
-@pytest.mark.parametrize("n_inputs", [1, 2, 5])
+@pytest.mark.parametrize("n_inputs", [1, 2, 3, 4, 5, 8, 9, 17])  # one-pass kernels up to 8, tiles above
 def test_reduce_matches_rank_order_reference(dtype, op, n_inputs):
     for n in (0, 1, 2047, 2048, 2049, 100003):
         inputs = [make_input(r, n, dtype) for r in range(n_inputs)]
@@ -21,11 +21,14 @@ def test_reduce_matches_rank_order_reference(dtype, op, n_inputs):
         assert bits_equal(out, reference_reduce(inputs, op)), (dtype, op, n)
 
 
-def test_reduce_may_write_over_an_input():
-    a, b = make_input(0, 5000, torch.float32), make_input(1, 5000, torch.float32)
-    want = a + b
-    _C.reduce_in_order(_C.DType.f32, _C.RedOp.sum, a.data_ptr(), [a.data_ptr(), b.data_ptr()], 5000)
-    assert bits_equal(a, want)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n_inputs", [2, 4, 9])
+def test_reduce_may_write_over_any_input(dtype, n_inputs):
+    for into in sorted({0, n_inputs // 2, n_inputs - 1}):  # in place: out is the input of rank `into`
+        inputs = [make_input(r, 5000, dtype) for r in range(n_inputs)]
+        want = reference_reduce(inputs, "sum")
+        _C.reduce_in_order(DT[dtype], _C.RedOp.sum, inputs[into].data_ptr(), [t.data_ptr() for t in inputs], 5000)
+        assert bits_equal(inputs[into], want), (n_inputs, into)
 
 
 def test_bf16_rounds_to_nearest_even_like_torch():
