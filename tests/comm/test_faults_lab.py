@@ -62,6 +62,7 @@ def test_degraded_rail_gets_less_traffic(lab):
         fast = min(r["share"][k] for k in (0, 2, 3))
         assert r["share"][1] < fast / 2, r
         assert r["bw"][1] < min(r["bw"][k] for k in (0, 2, 3)), r  # and it is measured as the slowest
+        assert r["bw"][1] < 2 * 50e6 / 8, r  # ... at about its rate (50mbit: 6.25 MB/s), not a multiple
 
 
 def test_slow_rail_may_be_quiet_longer_and_is_not_failed(lab):
