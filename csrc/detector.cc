@@ -169,8 +169,8 @@ void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
   // together), their time is round trips and scheduling, not the link's rate, and rails
   // would look slow at random.
   int64_t busy = c.busy_ns + (c.busy_since_ns ? now - c.busy_since_ns : 0);
-  const int64_t sample_ns = busy - c.bw_ref_busy;
-  if (sample_ns <= 20 * 1000000) return;
+  const int64_t sample_ns = busy - c.bw_ref_busy, min_sample_ns = ms_ns(20);
+  if (sample_ns <= min_sample_ns) return;
   const uint64_t acked = c.acked_bytes - c.bw_ref_acked;
   // Nothing acknowledged yet: the sample goes on. (A chunk on a slow rail can be busy for
   // longer than a sample: 256 KiB at 50mbit for 40 ms. Closing the empty samples dropped that
@@ -182,7 +182,7 @@ void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
   if (acked / periods >= opt_.chunk_bytes / 2 && acked / chunks >= opt_.chunk_bytes / 2) {
     const double sample = double(acked) / (double(sample_ns) * 1e-9);
     // A longer sample is itself an average over more time: it weighs more.
-    const double weight = std::min(1.0, 0.3 * double(sample_ns) / 20e6);
+    const double weight = std::min(1.0, 0.3 * double(sample_ns) / double(min_sample_ns));
     c.st.bandwidth_Bps = c.st.bandwidth_Bps == 0 ? sample : (1 - weight) * c.st.bandwidth_Bps + weight * sample;
   }
   c.bw_ref_acked = c.acked_bytes;
