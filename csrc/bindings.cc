@@ -79,7 +79,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("last_stall_s", &PeerStats::last_stall_s)
       .def_readonly("silent_s", &PeerStats::silent_s)
       .def_readonly("has_path", &PeerStats::has_path)
-      .def_readonly("closed", &PeerStats::closed);
+      .def_readonly("closed", &PeerStats::closed)
+      .def_readonly("chunk_bytes", &PeerStats::chunk_bytes);
 
   py::class_<Counters>(m, "Counters")
       .def_readonly("rejected_handshakes", &Counters::rejected_handshakes)

@@ -164,7 +164,7 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
 void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
   // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed. Only
   // bandwidth-bound traffic counts: when the busy periods of a sample carried under half a
-  // chunk each on average, or its chunks were under half a chunk on average (decode-sized
+  // small chunk each on average, or its chunks were under half of one on average (decode-sized
   // messages, whose acks wait for the receiver's next collective and so run busy periods
   // together), their time is round trips and scheduling, not the link's rate, and rails
   // would look slow at random.
@@ -179,7 +179,7 @@ void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
   const uint64_t periods = std::max<uint64_t>(1, c.busy_periods - c.bw_ref_periods);
   const uint64_t chunks = std::max<uint64_t>(1, c.st.chunks_sent - c.bw_ref_chunks);
   c.bw_ref_chunks = c.st.chunks_sent;
-  if (acked / periods >= opt_.chunk_bytes / 2 && acked / chunks >= opt_.chunk_bytes / 2) {
+  if (acked / periods >= chunk_grain() / 2 && acked / chunks >= chunk_grain() / 2) {
     const double sample = double(acked) / (double(sample_ns) * 1e-9);
     // A longer sample is itself an average over more time: it weighs more.
     const double weight = std::min(1.0, 0.3 * double(sample_ns) / double(min_sample_ns));

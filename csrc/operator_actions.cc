@@ -139,6 +139,7 @@ std::vector<PeerStats> Transport::peer_stats() const {
     s.silent_s = heard ? double(now - heard) * 1e-9 : 0;
     s.has_path = peer_has_path_locked(*p);
     s.closed = p->closed;
+    s.chunk_bytes = bulk_chunk_locked(*p);
     out.push_back(s);
   }
   return out;

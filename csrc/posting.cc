@@ -85,7 +85,7 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   m->call_seq = cur_seq_;
   m->call_desc = call_desc_.pack();
   m->len = len;
-  m->chunk = chunk_size_for(len, opt_.chunk_bytes, num_rails());
+  m->chunk = chunk_size_for(len, bulk_chunk_locked(p), num_rails());
   m->nchunks = num_chunks(len, m->chunk);
   m->acked.assign(m->nchunks, 0);
   m->on_rail.assign(m->nchunks, -1);

@@ -41,6 +41,10 @@ Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std
                                 std::to_string(world));
   if (rail_ips_.empty()) throw std::invalid_argument("r2cc: at least one rail is needed");
   if (secret.size() < 16) throw std::invalid_argument("r2cc: the group secret must be at least 16 bytes");
+  if (opt_.chunk_bytes == 0 || opt_.min_chunk_bytes == 0 || opt_.window_bytes == 0)
+    throw std::invalid_argument("r2cc: R2CC_CHUNK_BYTES, R2CC_MIN_CHUNK_BYTES and R2CC_RAIL_WINDOW_BYTES must be "
+                                "positive (got " + std::to_string(opt_.chunk_bytes) + ", " +
+                                std::to_string(opt_.min_chunk_bytes) + ", " + std::to_string(opt_.window_bytes) + ")");
   std::memcpy(key_, secret.data(), 16);
   const int R = num_rails();
   rail_drained_.assign(R, false);

@@ -51,9 +51,12 @@ struct PathInfo;  // net.h
 // watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
 // fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
 // spin_us: a waiting caller polls its sockets this long before it sleeps (less latency, more CPU).
+// chunk_bytes / min_chunk_bytes: a bulk message's chunk carries ~kChunkTimeMs of the slowest rail
+// to its peer, between these two (bulk_chunk_locked).
 #define R2CC_TRANSPORT_OPTIONS(X)          \
-  X(size_t, chunk_bytes, 256 * 1024)       \
-  X(size_t, window_bytes, 1024 * 1024)     \
+  X(size_t, chunk_bytes, 1024 * 1024)      \
+  X(size_t, min_chunk_bytes, 256 * 1024)   \
+  X(size_t, window_bytes, 4096 * 1024)     \
   X(int, heartbeat_ms, 10)                 \
   X(int, rail_timeout_ms, 60)              \
   X(int, peer_silence_ms, 400)             \
@@ -105,6 +108,7 @@ struct PeerStats {
   double silent_s = 0;       // time since any byte came from the peer on any rail
   bool has_path = true;      // some rail to the peer is connected and not suspect
   bool closed = false;       // the peer closed its communicator (said goodbye): its rails' downs are no fault
+  uint64_t chunk_bytes = 0;  // chunk size of the next bulk message to the peer (sized to its slowest rail)
 };
 
 struct Counters {
@@ -333,6 +337,11 @@ class Transport {
   void serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
   size_t window_for_locked(const Conn& c) const;
+  // Chunk size of the next bulk message to p: ~kChunkTimeMs of its slowest rail, in whole
+  // grains (min_chunk_bytes) up to chunk_bytes.
+  size_t bulk_chunk_locked(const Peer& p) const;
+  size_t chunk_grain() const { return std::min(opt_.min_chunk_bytes, opt_.chunk_bytes); }
+  static constexpr int kChunkTimeMs = 8;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
   // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes;
   // blocks, lock free; "" or why it failed.

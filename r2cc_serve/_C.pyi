@@ -22,6 +22,7 @@ class RedOp(Enum):
 
 class TransportOptions:
     chunk_bytes: int
+    min_chunk_bytes: int
     window_bytes: int
     heartbeat_ms: int
     rail_timeout_ms: int
@@ -77,6 +78,7 @@ class PeerStats:
     silent_s: float
     has_path: bool
     closed: bool
+    chunk_bytes: int
 
 class Transport:
     rank: int

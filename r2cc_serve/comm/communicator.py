@@ -361,9 +361,10 @@ class Communicator:
     def peer_stats(self) -> list[dict]:
         """One dict per peer: whether it is stalled (its process silent while its host still
         acknowledges: nothing is failed over for that), for how long, whether a path exists, and whether
-        it closed its communicator (an orderly goodbye: its rails went down without a fault)."""
+        it closed its communicator (an orderly goodbye: its rails went down without a fault), and the
+        chunk size its next bulk message gets (sized to its slowest rail, R2CC_CHUNK_BYTES)."""
         return [{k: getattr(s, k) for k in ("peer", "stalled", "stalled_for_s", "stalls", "last_stall_s", "silent_s",
-                                            "has_path", "closed")} for s in self._t.peer_stats()]
+                                            "has_path", "closed", "chunk_bytes")} for s in self._t.peer_stats()]
 
     def error_kind(self) -> str:
         """Kind of the group's error ("" while healthy): rails_down, peer_stalled, peer_gone,

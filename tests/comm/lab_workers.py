@@ -151,10 +151,11 @@ def degrade_shifts_load(rank, world, store, rate):
         after = _totals(comm)["sent_by_rail"]
         share = [a - b for a, b in zip(after, before)]
         bw = {s["rail"]: s["bandwidth_Bps"] for s in comm.rail_stats()}
+        chunk = comm.peer_stats()[0]["chunk_bytes"]
         _barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")
-        return {"exact": exact, "share": share, "bw": bw}
+        return {"exact": exact, "share": share, "bw": bw, "chunk": chunk}
     finally:
         _barrier(store, "end", rank, world)
         comm.close()

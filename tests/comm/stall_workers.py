@@ -141,7 +141,8 @@ def handoff_to_writer(rank, world, store, fail_carrier, opts):
     on a socket. With fail_carrier, rank 0 fails rail 1 while the hand-off waits (rank 1 still
     stopped): the chunk goes to another rail. Either way rank 1 gets the bytes exact."""
     n = 12 << 20  # float32: 48 MiB in 16 MiB chunks (send buffers top out at 4 MiB, receive at 6)
-    comm = open_comm(rank, world, store, chunk_bytes=16 << 20, window_bytes=32 << 20, **opts)
+    comm = open_comm(rank, world, store, chunk_bytes=16 << 20, min_chunk_bytes=16 << 20, window_bytes=32 << 20,
+                     **opts)
     try:
         store.set(f"pid/{rank}", str(os.getpid()))
         want = make_input(0, n, torch.float32)

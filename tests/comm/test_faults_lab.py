@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from r2cc_serve import envs
 from tests.comm import lab_workers
 from tests.comm.harness import run_ranks
 
@@ -63,6 +64,8 @@ def test_degraded_rail_gets_less_traffic(lab):
         assert r["share"][1] < fast / 2, r
         assert r["bw"][1] < min(r["bw"][k] for k in (0, 2, 3)), r  # and it is measured as the slowest
         assert r["bw"][1] < 2 * 50e6 / 8, r  # ... at about its rate (50mbit: 6.25 MB/s), not a multiple
+        # ... so messages go in the smallest chunks: a large one would arrive last on it.
+        assert r["chunk"] == envs.get("R2CC_MIN_CHUNK_BYTES"), r
 
 
 def test_slow_rail_may_be_quiet_longer_and_is_not_failed(lab):

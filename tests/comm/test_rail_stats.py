@@ -5,12 +5,18 @@ from tests.comm.harness import run_ranks
 
 
 def test_bandwidth_is_measured_on_large_transfers_only():
-    res = run_ranks(workers.bandwidth_from_large_transfers_only, 2, {}, timeout=180)
+    grain = 64 << 10
+    res = run_ranks(workers.bandwidth_from_large_transfers_only, 2, {"min_chunk_bytes": grain}, timeout=180)
     for r in res:
         assert r["exact"], r
         assert r["chunks_small"] >= 3000, r  # the small messages really went out
         assert r["after_small"] == [0.0] * len(r["after_small"]), r  # not measured from round trips
         assert all(bw > 0 for bw in r["after_large"]), r  # every rail carried stripes and got a figure
+        # Chunks follow the measurements: small while no rail is measured, larger once every
+        # rail carries 8 ms of two grains (16 MB/s; loopback rails measure far above that)...
+        assert r["chunk_small"] == grain, r
+        assert r["chunk_large"] >= 2 * grain, r
+        assert r["mean_chunk"] > grain, r  # ... and the next messages really are cut that way
 
 
 def test_spinning_stops_when_it_does_not_pay():

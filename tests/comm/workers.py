@@ -283,12 +283,19 @@ def bandwidth_from_large_transfers_only(rank, world, store, opts):
         time.sleep(0.05)  # one more watchdog pass
         after_small = [s["bandwidth_Bps"] for s in comm.rail_stats()]
         busy_small = sum(s["chunks_sent"] for s in comm.rail_stats())
+        chunk_small = comm.peer_stats()[0]["chunk_bytes"]
         large = [make_input(r, 4 << 20, torch.float32) for r in range(world)]
         for _ in range(6):
             exact = bits_equal(comm.all_reduce(large[rank].clone()), reference_reduce(large, "sum")) and exact
         time.sleep(0.05)
-        return {"exact": exact, "after_small": after_small, "chunks_small": busy_small,
-                "after_large": [s["bandwidth_Bps"] for s in comm.rail_stats()]}
+        after_large = [s["bandwidth_Bps"] for s in comm.rail_stats()]
+        chunk_large = comm.peer_stats()[0]["chunk_bytes"]
+        sent = [(s["bytes_sent"], s["chunks_sent"]) for s in comm.rail_stats()]
+        exact = bits_equal(comm.all_reduce(large[rank].clone()), reference_reduce(large, "sum")) and exact
+        sent = [(s["bytes_sent"] - b, s["chunks_sent"] - c) for s, (b, c) in zip(comm.rail_stats(), sent)]
+        return {"exact": exact, "after_small": after_small, "chunks_small": busy_small, "after_large": after_large,
+                "chunk_small": chunk_small, "chunk_large": chunk_large,
+                "mean_chunk": sum(b for b, _ in sent) / max(1, sum(c for _, c in sent))}
     finally:
         comm.close()
 

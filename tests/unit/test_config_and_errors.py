@@ -12,7 +12,7 @@ from r2cc_serve.comm.rail_names import resolve_rails
 
 
 def test_knobs_have_defaults_and_parse(monkeypatch):
-    assert envs.get("R2CC_CHUNK_BYTES") == 256 * 1024
+    assert envs.get("R2CC_CHUNK_BYTES") == 1024 * 1024
     monkeypatch.setenv("R2CC_RAIL_TIMEOUT_MS", "75")
     assert envs.get("R2CC_RAIL_TIMEOUT_MS") == 75
     monkeypatch.setenv("R2CC_RAIL_TIMEOUT_MS", "fast")
