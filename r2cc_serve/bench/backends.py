@@ -91,6 +91,11 @@ class R2ccBackend:
         c = self.comm.counters()
         return int(c["spin_hits"]), int(c["spin_misses"])
 
+    def chunks(self) -> tuple[int, int]:
+        """(bytes, chunks) sent so far on every rail: how large the transport cut its messages."""
+        s = self.comm.rail_stats()
+        return sum(x["bytes_sent"] for x in s), sum(x["chunks_sent"] for x in s)
+
     def rail_errors(self) -> list[str]:
         return sorted({f"rail{s['rail']}: {s['last_error']} (detected after {s['last_detect_s'] * 1e3:.0f} ms)"
                        for s in self.comm.rail_stats() if s["last_error"]})
@@ -125,6 +130,9 @@ class _PeerBackend:
         return 0
 
     def spins(self) -> tuple[int, int]:
+        return 0, 0
+
+    def chunks(self) -> tuple[int, int]:
         return 0, 0
 
     def rail_errors(self) -> list[str]:

@@ -56,10 +56,17 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                failovers=int(sum(e.get("failovers", 0) for e in entries)),
                spin_hits=int(sum(e.get("spin_hits", 0) for e in entries)),
                spin_misses=int(sum(e.get("spin_misses", 0) for e in entries)),
+               mean_chunk_bytes=mean_chunk_bytes(entries),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
     return row
+
+
+def mean_chunk_bytes(entries: list[dict]) -> int | None:
+    """r2cc: bytes per data chunk over the timed ops (its chunks follow the rails' speed)."""
+    chunks = sum(e.get("chunks_sent", 0) for e in entries)
+    return int(sum(e.get("chunk_bytes_sent", 0) for e in entries) / chunks) if chunks else None
 
 
 def summarize_fault(backend: str, spec_text: str, size: int, entries: list[dict | None],
@@ -174,6 +181,7 @@ def table(report: dict) -> str:
         lines.append(f"{name:14} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
                      f"{_num(r['busbw_GBps'], '.3f'):>10} {_num(r.get('cpu_s_per_GB'), '.3g'):>9} {correct:>8} "
                      f"{_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
+                     + (f"  mean chunk {r['mean_chunk_bytes'] / 1024:.0f}K" if r.get("mean_chunk_bytes") else "")
                      + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
                      + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
                         if r.get("failovers") or r.get("resent_bytes") else ""))

@@ -198,7 +198,7 @@ class Worker:
                     runner.run()
             acc = {k: {"times": [], "starts": [], "cpu": 0.0, "tx": [0] * len(self.rails), "resent": 0,
                        "failovers": 0} for k in schedules}
-            spins0 = b.spins()
+            spins0, chunks0 = b.spins(), b.chunks()
             for i in range(iters):
                 for k in schedules[i % len(schedules):] + schedules[:i % len(schedules)]:
                     a = acc[k]
@@ -218,12 +218,14 @@ class Worker:
                     if i == iters - 1:
                         last[k] = data.compare(out, ref)
             spins = [now - before for now, before in zip(b.spins(), spins0)]
+            chunks = [now - before for now, before in zip(b.chunks(), chunks0)]
             for k, entry in entries.items():
                 a = acc[k]
                 # r2cc: re-sends or failovers in a fault-free run mean a rail was wrongly declared dead.
                 entry.update(resent_bytes=a["resent"], failovers=a["failovers"])
                 # R2CC_SPIN_US: how the timed iterations' spins ended (all schedules together)
                 entry.update(spin_hits=spins[0], spin_misses=spins[1])
+                entry.update(chunk_bytes_sent=chunks[0], chunks_sent=chunks[1])  # r2cc's chunk size
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()
                 entry.update(times=a["times"], starts=a["starts"], cpu_s=a["cpu"], rail_tx_bytes=a["tx"],
