@@ -85,7 +85,9 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   m->call_seq = cur_seq_;
   m->call_desc = call_desc_.pack();
   m->len = len;
-  m->chunk = chunk_size_for(len, bulk_chunk_locked(p), num_rails());
+  // (Below a grain per rail the bulk size makes no difference: skip working it out.)
+  const size_t bulk = len > chunk_grain() * size_t(num_rails()) ? bulk_chunk_locked(p) : chunk_grain();
+  m->chunk = chunk_size_for(len, bulk, num_rails());
   m->nchunks = num_chunks(len, m->chunk);
   m->acked.assign(m->nchunks, 0);
   m->on_rail.assign(m->nchunks, -1);

@@ -338,7 +338,7 @@ class Transport {
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
   size_t window_for_locked(const Conn& c) const;
   // Chunk size of the next bulk message to p: ~kChunkTimeMs of its slowest rail, in whole
-  // grains (min_chunk_bytes) up to chunk_bytes.
+  // grains (min_chunk_bytes) up to chunk_bytes; one grain while a rail to p is slow or unmeasured.
   size_t bulk_chunk_locked(const Peer& p) const;
   size_t chunk_grain() const { return std::min(opt_.min_chunk_bytes, opt_.chunk_bytes); }
   static constexpr int kChunkTimeMs = 8;
