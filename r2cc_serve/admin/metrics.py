@@ -58,13 +58,16 @@ class R2CCCollector:
 
     @staticmethod
     def _peers(snap):
-        """Stalled peers as each host sees them: a process silent while its host acknowledges."""
+        """Stalled peers as each host sees them (a process silent while its host acknowledges), and
+        the chunk size each host now cuts bulk messages to the peer into."""
         labels = ["host", "peer"]
         stalled = GaugeMetricFamily("r2cc_peer_stalled", "1 while the peer's process is stalled (no failover: "
                                     "its host still acknowledges)", labels=labels)
         seconds = GaugeMetricFamily("r2cc_peer_stalled_seconds", "how long the current stall has lasted",
                                     labels=labels)
         stalls = CounterMetricFamily("r2cc_peer_stalls", "stalls of the peer's process seen so far", labels=labels)
+        chunk = GaugeMetricFamily("r2cc_peer_chunk_bytes", "chunk size of the next bulk message to the peer (about "
+                                  "8 ms of its slowest rail, R2CC_MIN_CHUNK_BYTES..R2CC_CHUNK_BYTES)", labels=labels)
         host_of = {k: st["host"] for k, st in snap.states.items()}
         for (group, _), st in sorted(snap.states.items()):
             for p in st.get("peers", []):
@@ -72,7 +75,9 @@ class R2CCCollector:
                 stalled.add_metric(lv, 1.0 if p["stalled"] else 0.0)
                 seconds.add_metric(lv, p["stalled_for_s"])
                 stalls.add_metric(lv, p["stalls"])
-        return stalled, seconds, stalls
+                if "chunk_bytes" in p:  # agents of older builds do not report it
+                    chunk.add_metric(lv, p["chunk_bytes"])
+        return stalled, seconds, stalls, chunk
 
     @staticmethod
     def _durations(snap):

@@ -158,6 +158,8 @@ def test_admin_rails_actions_errors_metrics(admin):
     sent = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('r2cc_rail_sent_bytes_total{host="rank0"')]
     assert sent and sum(sent) > 0
     assert "r2cc_rail_failovers_total" in text and "r2cc_collective_duration_seconds_bucket" in text
+    chunk = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('r2cc_peer_chunk_bytes{host="rank0"')]
+    assert chunk and chunk[0] >= 16 << 10, text[:2000]  # what rank0 cuts its messages to rank1 into
 
     # `r2cc rails`: the same view in the terminal, as a client of this server
     table = _r2cc("rails", "--url", base)
