@@ -40,17 +40,18 @@ def transport_knobs() -> list[Knob]:
 # --- transport (passed to the C++ core at communicator creation) -------------
 _knob("R2CC_CHUNK_BYTES", 1024 * 1024, int,
       "Largest chunk a message is cut into; one chunk is the unit of striping and re-send. "
-      "A message's chunk carries about 8 ms of the slowest rail to its peer, between "
-      "R2CC_MIN_CHUNK_BYTES and this: big chunks cost less CPU per byte on fast rails, small "
-      "ones keep a slow rail from finishing last.",
+      "A bulk message's chunk carries about 8 ms of the slowest rail to its peer (the rail's "
+      "connections to all peers together), between R2CC_MIN_CHUNK_BYTES and this: big chunks "
+      "cost less CPU per byte on fast rails, small ones keep a slow rail from finishing last.",
       transport="chunk_bytes")
 _knob("R2CC_MIN_CHUNK_BYTES", 256 * 1024, int,
-      "Smallest chunk of a bulk message: used while a rail to the peer is slow or not yet "
-      "measured (see R2CC_CHUNK_BYTES).",
+      "Smallest chunk of a bulk message: used while a rail to the peer is under a quarter of "
+      "its fastest rail or not yet measured (see R2CC_CHUNK_BYTES).",
       transport="min_chunk_bytes")
 _knob("R2CC_RAIL_WINDOW_BYTES", 4096 * 1024, int,
-      "Un-acknowledged bytes allowed per rail connection; keeps kernel queues short so "
-      "failover re-sends little and striping follows bandwidth.",
+      "Most un-acknowledged bytes per rail connection (each holds about 10 ms of its measured "
+      "bandwidth, at least one chunk; 4 small chunks while unmeasured); keeps kernel queues "
+      "short so failover re-sends little and striping follows bandwidth.",
       transport="window_bytes")
 _knob("R2CC_HEARTBEAT_MS", 10, int,
       "An idle rail sends a heartbeat this often so the peer can tell silence from death "
