@@ -98,6 +98,18 @@ def test_cpu_seconds_per_GB_averages_the_ranks():
                                        "iters": 2, "results": [row | {"ratio_vs_r2cc": 1.0}], "faults": []})
 
 
+def test_mean_chunk_is_bytes_per_chunk_over_the_ranks():
+    a = _entry([1.0]) | {"chunk_bytes_sent": 3 << 20, "chunks_sent": 3}
+    b = _entry([1.0]) | {"chunk_bytes_sent": 1 << 20, "chunks_sent": 4}
+    row = report.summarize_measure("r2cc", "all_reduce", 2, 10**6, [a, b])
+    assert row["mean_chunk_bytes"] == (4 << 20) // 7
+    text = report.table({"op": "all_reduce", "hosts": 2, "rails": 2, "rate": None, "mtu": 1500, "iters": 1,
+                         "results": [row | {"ratio_vs_r2cc": 1.0}], "faults": []})
+    assert "mean chunk 585K" in text, text
+    peer = report.summarize_measure("mpi", "all_reduce", 2, 10**6, [_entry([1.0]), _entry([1.0])])
+    assert peer["mean_chunk_bytes"] is None  # a library without chunks shows none
+
+
 def test_fault_row_extra_time_and_hit():
     entries = [{"completed": True, "elapsed_s": 0.5, "end": 10.0, "bit_exact": True, "resent_bytes": 7},
                {"completed": True, "elapsed_s": 0.6, "end": 10.1, "bit_exact": True, "resent_bytes": 1}]
