@@ -56,7 +56,7 @@ struct PathInfo;  // net.h
 #define R2CC_TRANSPORT_OPTIONS(X)          \
   X(size_t, chunk_bytes, 1024 * 1024)      \
   X(size_t, min_chunk_bytes, 256 * 1024)   \
-  X(size_t, window_bytes, 4096 * 1024)     \
+  X(size_t, window_bytes, 1024 * 1024)     \
   X(int, heartbeat_ms, 10)                 \
   X(int, rail_timeout_ms, 60)              \
   X(int, peer_silence_ms, 400)             \

@@ -48,7 +48,7 @@ _knob("R2CC_MIN_CHUNK_BYTES", 256 * 1024, int,
       "Smallest chunk of a bulk message: used while a rail to the peer is under a quarter of "
       "its fastest rail or not yet measured (see R2CC_CHUNK_BYTES).",
       transport="min_chunk_bytes")
-_knob("R2CC_RAIL_WINDOW_BYTES", 4096 * 1024, int,
+_knob("R2CC_RAIL_WINDOW_BYTES", 1024 * 1024, int,
       "Most un-acknowledged bytes per rail connection (each holds about 10 ms of its measured "
       "bandwidth, at least one chunk; 4 small chunks while unmeasured); keeps kernel queues "
       "short so failover re-sends little and striping follows bandwidth.",
