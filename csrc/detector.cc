@@ -38,7 +38,7 @@ void Transport::watchdog_loop() {
     struct timespec ts{0, tick_ms * 1000000L};
     const int64_t before = now_ns();
     nanosleep(&ts, nullptr);
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     const int64_t now = now_ns();
     // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
     // neither the peers' silence nor their kernels' silence across the stall is evidence.
@@ -52,6 +52,9 @@ void Transport::watchdog_loop() {
         update_bandwidth_locked(*c, now);
       }
     }
+    // Hedge copies nobody sent while waiting (no collective followed): a message lost on a
+    // dead rail then costs this tick, not the failure detection.
+    send_due_hedges_locked(lk, now - kHedgeStaleNs);
   }
 }
 

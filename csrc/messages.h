@@ -36,6 +36,7 @@ struct OutMsg {
   std::vector<uint8_t> acked;
   std::vector<int8_t> on_rail;  // rail currently carrying each chunk, -1 if queued/acked
   int8_t hedge_rail = -1;       // second rail carrying a hedged one-chunk message, -1 if none
+  int64_t posted_ns = 0;        // when post_send queued or wrote it (due hedge copies)
   size_t nacked = 0;
   // Set (under the transport lock) when every chunk is acknowledged. Writers read it
   // without the lock to abandon a duplicate mid-chunk.

@@ -144,15 +144,29 @@ bool Transport::rx_drive_ready(const Op* ops, size_t n) {
 void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (rx_drive_ready(ops, n)) return;
   if (spin_worthwhile()) {
-    // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us.
-    const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
+    // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us. A peer
+    // this late may be waiting for a message of ours lost on a dead rail: the hedge copies
+    // this rank owes go out now (a peer on time answers well within kHedgeAfterUs).
+    const int64_t start = now_ns(), until = start + int64_t(opt_.spin_us) * 1000;
+    const int64_t hedge_at = start + int64_t(kHedgeAfterUs) * 1000;
     epoll_event ev[2];
-    bool hit = false;
-    while (!hit && now_ns() < until && !aborted_.load() && !stopping_.load())
+    bool hit = false, hedged = false;
+    for (;;) {
       hit = epoll_wait(caller_ep_, ev, 2, 0) > 0 || any_op_done(ops, n);
+      if (hit || aborted_.load() || stopping_.load()) break;
+      const int64_t now = now_ns();
+      if (now >= until) break;
+      if (!hedged && now >= hedge_at && hedges_due_count_.load(std::memory_order_relaxed) > 0) {
+        hedged = true;
+        std::unique_lock<std::mutex> lk(mu_);
+        send_due_hedges_locked(lk, INT64_MAX);
+      }
+    }
     note_spin(hit);
     if (any_op_done(ops, n)) return;
   }
+  // A sleeping waiter leaves its hedge copies to the watchdog (kHedgeStaleNs): written before
+  // every sleep, they cost each small message a second write and its peer a second read.
   epoll_event ev[2];
   const int k = epoll_wait(caller_ep_, ev, 2, timeout_ms);
   for (int i = 0; i < k; ++i)

@@ -68,6 +68,7 @@ class Counters:
     spin_hits: int
     spin_misses: int
     handoffs: int
+    hedges: int
 
 class PeerStats:
     peer: int

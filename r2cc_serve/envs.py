@@ -90,8 +90,9 @@ _knob("R2CC_WATCHDOG_REALTIME", True, _bool,
       "value without the privilege), so a saturated CPU is not mistaken for a dead rail.",
       transport="watchdog_realtime")
 _knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
-      "Single-chunk sends up to this size go out on two rails at once: when one rail dies, "
-      "the other copy is already there (no detection delay for decode-sized all_reduces). 0: off.",
+      "Single-chunk sends up to this size get a second copy on another rail when they are late to be "
+      "acknowledged (a spinning waiter's peer silent for 50 us, else 1 ms after sending): a message "
+      "lost on a silently dead rail then costs that, not the failure detection. 0: off.",
       transport="hedge_bytes")
 _knob("R2CC_SPIN_US", 0, int,
       "A rank waiting for a collective polls its sockets for this many microseconds before it sleeps: "

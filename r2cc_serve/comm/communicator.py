@@ -375,7 +375,7 @@ class Communicator:
     def counters(self) -> dict:
         c = self._t.counters()
         return {k: getattr(c, k) for k in ("rejected_handshakes", "failovers", "chunks_resent", "bytes_resent",
-                                           "spin_hits", "spin_misses", "handoffs")}
+                                           "spin_hits", "spin_misses", "handoffs", "hedges")}
 
     def error(self) -> str:
         return self._t.error()

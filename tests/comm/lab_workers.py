@@ -252,3 +252,34 @@ def stranger_on_rail(rank, world, store):
     finally:
         _barrier(store, "end", rank, world)
         comm.close()
+
+
+def small_messages_through_blackhole(rank, world, store, hedge_bytes, count, fault_at):
+    """`count` decode-sized (4 KiB) all_reduces; after `fault_at` of them host 0's rail 1 drops
+    every packet (no socket error: only the detector can tell, after the rail timeout, set to
+    500 ms here). Returns whether every result was exact, the longest call after the fault,
+    and the hedge copies and failovers counted. With hedging, a message lost on rail 1 has a
+    copy on another rail and its call ends long before the detector would act."""
+    lab, comm = lab_comm(rank, world, store, hedge_bytes=hedge_bytes, rail_timeout_ms=500, peer_silence_ms=1000)
+    try:
+        inputs, want = _warmed_up_inputs(comm, rank, world, 1024)
+        apply, close_fault = _in_process_fault(lab, 0, 1, "blackhole") if rank == 0 else (None, None)
+        _barrier(store, "go", rank, world)
+        exact, longest = True, 0.0
+        for i in range(count):
+            if i == fault_at and apply:
+                apply()
+            t0 = time.perf_counter()
+            exact = bits_equal(comm.all_reduce(inputs[rank].clone()), want) and exact
+            if i >= fault_at:
+                longest = max(longest, time.perf_counter() - t0)
+        counters = comm.counters()
+        _barrier(store, "measured", rank, world)
+        if close_fault:
+            close_fault()
+            lab.fault(0, 1, "clear")
+        return {"exact": exact, "longest_s": longest, "hedges": counters["hedges"],
+                "failovers": counters["failovers"]}
+    finally:
+        _barrier(store, "end", rank, world)
+        comm.close()

@@ -53,6 +53,21 @@ def test_flap_during_1000_collectives(lab):
     assert sum(r["failovers"] for r in res) >= 1, res
 
 
+def test_blackholed_rail_costs_small_messages_no_detection_delay(lab):
+    # The detector needs the rail timeout (500 ms in this test) to act on a silent rail; a
+    # small message lost on it must not wait that long: its hedge copy goes on another rail
+    # as soon as the sender is idle. The control run without hedging shows the wait is real.
+    hedged = run_ranks(lab_workers.small_messages_through_blackhole, 2, 16384, 1500, 300, timeout=120)
+    for r in hedged:
+        assert r["exact"], r
+        assert r["longest_s"] < 0.25, r
+    assert sum(r["hedges"] for r in hedged) > 0, hedged
+    plain = run_ranks(lab_workers.small_messages_through_blackhole, 2, 0, 1500, 300, timeout=120)
+    for r in plain:
+        assert r["exact"] and r["hedges"] == 0, r
+    assert max(r["longest_s"] for r in plain) > 0.45, plain  # a message waited for the detector
+
+
 def test_degraded_rail_gets_less_traffic(lab):
     res = run_ranks(lab_workers.degrade_shifts_load, 2, "50mbit", timeout=120)
     for r in res:

@@ -245,7 +245,7 @@ def small_messages_through_failover(rank, world, store, opts):
     """Many decode-sized (4 KiB, one-chunk) all_reduces while rank 0 fails rail 1 over midway.
 
     Returns: were results exact, failovers, chunks re-sent, and chunks sent per message before
-    the failover (2.0 when every message went out on both rails, 1.0 without hedging)."""
+    the failover (1.0 when no message needed a hedge copy, 2.0 when every one got one)."""
     comm = open_comm(rank, world, store, rails=LOOPBACK_RAILS[:2], **opts)
     try:
         inputs = [make_input(r, 1024, torch.float32) for r in range(world)]
@@ -265,6 +265,25 @@ def small_messages_through_failover(rank, world, store, opts):
             "resent": sum(s["chunks_resent"] for s in stats),
             "chunks_per_msg": chunks_per_msg,
         }
+    finally:
+        comm.close()
+
+
+def small_messages_to_a_late_peer(rank, world, store, opts, late_s=0.005, count=20):
+    """Rank 1 starts each of `count` decode-sized all_reduces `late_s` after rank 0, so rank 0's
+    message sits unacknowledged meanwhile. Returns whether results were exact and how many
+    hedge copies each rank wrote (rank 0's are due: its message was late to be acknowledged)."""
+    comm = open_comm(rank, world, store, rails=LOOPBACK_RAILS[:2], **opts)
+    try:
+        inputs = [make_input(r, 1024, torch.float32) for r in range(world)]
+        want = reference_reduce(inputs, "sum")
+        exact = bits_equal(comm.all_reduce(inputs[rank].clone()), want)
+        before = comm.counters()["hedges"]
+        for _ in range(count):
+            if rank == 1:
+                time.sleep(late_s)
+            exact = bits_equal(comm.all_reduce(inputs[rank].clone()), want) and exact
+        return {"exact": exact, "hedges": comm.counters()["hedges"] - before}
     finally:
         comm.close()
 
