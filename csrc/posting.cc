@@ -103,11 +103,11 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   // A one-chunk message goes out from this thread when a rail is idle: saves a
   // thread wake-up, which is most of a small message's latency.
   if (m->nchunks == 1 && try_send_inline(p, Chunk{m, 0}, lk, InlineSend::kAny)) {
-    // A small message also goes out on a second rail: if the first one dies, the copy is
-    // on its way before the failure is detected. Not now, though: written here it delayed
-    // this rank's read of the peer's message by a send (~10 us of a 40 us 4 KiB all_reduce).
-    // It goes out when this rank is idle (send_due_hedges_locked), and not at all when the
-    // peer acknowledged the message first. (Only copied messages: their bytes stay valid.)
+    // A small message may also go out on a second rail, so that a silently dead first rail
+    // costs no failure detection. Not now, though: written here it delayed this rank's read
+    // of the peer's message by a send, and the peer's next call by a read. It goes out only
+    // if the message is late to be acknowledged (send_due_hedges_locked). (Only copied
+    // messages: their bytes stay valid however long the copy waits.)
     if (len <= opt_.hedge_bytes && !m->owned.empty() && m->on_rail[0] >= 0 && !m->done) {
       m->posted_ns = now_ns();
       hedges_due_.push_back(m);
@@ -199,27 +199,22 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   return true;
 }
 
-bool Transport::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns) {
-  if (hedges_due_.empty()) return false;
+void Transport::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns) {
+  if (hedges_due_.empty()) return;
   // Taken out first: try_send_inline unlocks, and a post_send meanwhile appends.
   std::vector<std::shared_ptr<OutMsg>> due, later;
   due.swap(hedges_due_);
-  bool wrote = false;
   for (auto& m : due) {
     if (m->done || m->acked[0] || m->on_rail[0] < 0 || m->hedge_rail >= 0) continue;  // needs no copy
-    if (m->posted_ns >= posted_before_ns) {
+    // Not due yet, or no second rail free right now (busy, or the only one): tried again later.
+    if (m->posted_ns >= posted_before_ns || !error_.empty() ||
+        !try_send_inline(*peers_[m->peer], Chunk{m, 0}, lk, InlineSend::kHedge))
       later.push_back(std::move(m));
-      continue;
-    }
-    // No second rail free right now (busy, or the only one): that message goes without a copy.
-    if (error_.empty() && try_send_inline(*peers_[m->peer], Chunk{m, 0}, lk, InlineSend::kHedge)) {
+    else
       counters_.hedges++;
-      wrote = true;
-    }
   }
   hedges_due_.insert(hedges_due_.begin(), later.begin(), later.end());
   hedges_due_count_.store(hedges_due_.size(), std::memory_order_relaxed);
-  return wrote;
 }
 
 Op Transport::post_recv(int peer, void* buf, size_t len) {

@@ -47,8 +47,8 @@ struct PathInfo;  // net.h
 // Every option once: (type, name, default). The struct and its Python binding are generated
 // from this list; r2cc_serve/envs.py names the R2CC_* knob of each (the communicator copies
 // the knobs in by iterating that registry) and a test checks both sides' defaults agree.
-// hedge_bytes: one-chunk sends up to this size get a second copy on another rail once the sender
-// has nothing else to do (send_due_hedges_locked), unless acknowledged first.
+// hedge_bytes: a one-chunk send up to this size gets a second copy on another rail when it is
+// late to be acknowledged (send_due_hedges_locked).
 // watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
 // fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
 // spin_us: a waiting caller polls its sockets this long before it sleeps (less latency, more CPU).
@@ -293,8 +293,8 @@ class Transport {
   // watchdog kHedgeStaleNs after posting. Sent with every message they cost a 4 KiB all_reduce
   // a second write and a second read (lab: p50 ~17 us without, 22-50 us with). A copy whose
   // message was acknowledged, or whose chunk left its rail, is dropped unsent. Sends those
-  // posted before posted_before_ns; true if it wrote any. Unlocks lk while writing, never blocks.
-  bool send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns);
+  // posted before posted_before_ns. Unlocks lk while writing, never blocks.
+  void send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns);
   static constexpr int kHedgeAfterUs = 50;
   static constexpr int64_t kHedgeStaleNs = 1000000;
   // The driving caller read acks that freed window on rails of p: it writes their next chunks
