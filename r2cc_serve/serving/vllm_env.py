@@ -32,6 +32,11 @@ _CLEARED = ("R2CC_DISTRIBUTED_BACKEND", "R2CC_CONFIG", "R2CC_RAILS", "R2CC_NETNS
 _BASE = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    # One OpenMP thread per worker. Left unbound, torch gives each worker a thread per core: two
+    # workers then run four compute threads on two cores, and every parallel region of every op
+    # waits for a thread that has no core. Measured (two nodes, 4 streams): a decode step of
+    # 240-330 ms became 14-45 ms, for both backends (docs/vllm.md).
+    "OMP_NUM_THREADS": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
