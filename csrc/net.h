@@ -40,7 +40,9 @@ int listen_on(const std::string& ip, int* port);
 int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms,
                std::string* err);
 
-// Sets the data-socket options every rail uses (nodelay, non-blocking, user timeout).
+// Sets the data-socket options every rail uses (nodelay, non-blocking, user timeout, a fixed
+// send buffer of kSendBufferBytes).
+constexpr int kSendBufferBytes = 4 << 20;
 void tune_socket(int fd);
 
 // Reads/writes exactly n bytes on a non-blocking fd. Polls in slices of
