@@ -90,7 +90,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("spin_hits", &Counters::spin_hits)
       .def_readonly("spin_misses", &Counters::spin_misses)
       .def_readonly("handoffs", &Counters::handoffs)
-      .def_readonly("hedges", &Counters::hedges);
+      .def_readonly("hedges", &Counters::hedges)
+      .def_readonly("writer_chunks", &Counters::writer_chunks);
 
   using gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Transport>(m, "Transport")

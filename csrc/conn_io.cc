@@ -255,7 +255,10 @@ void Transport::writer_loop(Conn& c) {
       // Control frames go first; the chunk's header closes them unless an abort
       // reason (with its own payload) has to go in between.
       std::vector<FrameHeader> tail;
-      if (chunk.msg) (abort_reason.empty() ? frames : tail).push_back(start_chunk_locked(c, chunk, now));
+      if (chunk.msg) {
+        (abort_reason.empty() ? frames : tail).push_back(start_chunk_locked(c, chunk, now));
+        counters_.writer_chunks++;
+      }
       c.last_tx_ns = now;
       c.writing = true;
       lk.unlock();

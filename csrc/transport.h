@@ -121,6 +121,7 @@ struct Counters {
   uint64_t spin_misses = 0;  // waits that spun for nothing, then slept
   uint64_t handoffs = 0;     // inline writes that filled the socket: the rail's writer finished the chunk
   uint64_t hedges = 0;       // hedge copies written (a small message's second copy, on another rail)
+  uint64_t writer_chunks = 0;  // data chunks a rail's writer thread wrote (the rest left from a caller)
 };
 
 struct OutMsg;

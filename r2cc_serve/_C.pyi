@@ -69,6 +69,7 @@ class Counters:
     spin_misses: int
     handoffs: int
     hedges: int
+    writer_chunks: int
 
 class PeerStats:
     peer: int

@@ -375,7 +375,8 @@ class Communicator:
     def counters(self) -> dict:
         c = self._t.counters()
         return {k: getattr(c, k) for k in ("rejected_handshakes", "failovers", "chunks_resent", "bytes_resent",
-                                           "spin_hits", "spin_misses", "handoffs", "hedges")}
+                                           "spin_hits", "spin_misses", "handoffs", "hedges",
+                                           "writer_chunks")}
 
     def error(self) -> str:
         return self._t.error()

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from tests.comm.workers import bits_equal, make_input, open_comm, reference_reduce
+from tests.comm.workers import bits_equal, make_input, mid_size_chunk_writers, open_comm, reference_reduce
 
 
 def _lab():
@@ -282,4 +282,12 @@ def small_messages_through_blackhole(rank, world, store, hedge_bytes, count, fau
                 "failovers": counters["failovers"]}
     finally:
         _barrier(store, "end", rank, world)
+        comm.close()
+
+
+def mid_size_after_small_messages(rank, world, store):
+    _, comm = lab_comm(rank, world, store)
+    try:
+        return mid_size_chunk_writers(comm, rank, world)
+    finally:
         comm.close()

@@ -382,3 +382,20 @@ def goodbye_is_not_a_warning(rank, world, store, opts):
             store.wait(["rank0_ready"])
         comm.close()
         logger.removeHandler(handler)
+
+
+
+def mid_size_chunk_writers(comm, rank, world):
+    """20 all_reduces of 256 KiB on rails that had carried only small messages (300 of 4 KiB):
+    how many of their chunks a writer thread wrote rather than the posting or waiting caller."""
+    small = [make_input(r, 1024, torch.float32) for r in range(world)]
+    mid = [make_input(r, 64 << 10, torch.float32) for r in range(world)]
+    exact = True
+    for _ in range(300):
+        exact = bits_equal(comm.all_reduce(small[rank].clone()), reference_reduce(small, "sum")) and exact
+    before = comm.counters()["writer_chunks"]
+    sent = sum(s["chunks_sent"] for s in comm.rail_stats())
+    for _ in range(20):
+        exact = bits_equal(comm.all_reduce(mid[rank].clone()), reference_reduce(mid, "sum")) and exact
+    return {"exact": exact, "writer_chunks": comm.counters()["writer_chunks"] - before,
+            "chunks": sum(s["chunks_sent"] for s in comm.rail_stats()) - sent}
