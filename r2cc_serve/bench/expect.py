@@ -16,7 +16,7 @@ from r2cc_serve.bench.spec import format_size, parse_hold
 from r2cc_serve.lab.layout import rate_bits
 from r2cc_serve.sched import builders, cost
 from r2cc_serve.sched.bandwidth import Bandwidth
-from r2cc_serve.sched.group import builtin_schedule
+from r2cc_serve.sched.group import builtin_schedule, one_shot_cutoff
 from r2cc_serve.sched.planner import size_bucket
 from r2cc_serve.sched.sim import simulate
 
@@ -61,7 +61,8 @@ def _plan_ran(row: dict, p: int):
     """The plan the ranks ran for this row, or None if the workers did not say."""
     count = row["bytes"] // 4
     # the workers inherited the bench's knobs: the same cut-off as theirs
-    builtin = builtin_schedule(row["bytes"], envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"))
+    builtin = builtin_schedule(row["bytes"], one_shot_cutoff(p, envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"),
+                                                             envs.get("R2CC_PAIR_ONE_SHOT_BYTES")))
     if row["schedule"] == "builtin":
         return builders.build(builtin, p, count)
     info = row.get("plan") or {}

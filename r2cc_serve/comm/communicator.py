@@ -75,7 +75,7 @@ class BuiltinTuning:
     """How the built-in C++ all_reduce cuts its work (equal on every rank)."""
 
     slice_bytes: int     # R2CC_PIPELINE_BYTES: reduction of one slice overlaps the next's transfer
-    one_shot_bytes: int  # R2CC_ALLREDUCE_ONE_SHOT_BYTES: up to this, one exchange of whole inputs
+    one_shot_bytes: int  # up to this, one exchange of whole inputs (sched.group.one_shot_cutoff)
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,11 @@ class Communicator:
         self.rail_ips = resolve_rails(self.rail_names, netns)
         self._lock = threading.Lock()
         self._durations = DurationHistogram()
-        self._tuning = BuiltinTuning(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"),
-                           one_shot_bytes=envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"))
+        from r2cc_serve.sched.group import one_shot_cutoff
+
+        one_shot = one_shot_cutoff(world_size, envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"),
+                                   envs.get("R2CC_PAIR_ONE_SHOT_BYTES"))
+        self._tuning = BuiltinTuning(slice_bytes=envs.get("R2CC_PIPELINE_BYTES"), one_shot_bytes=one_shot)
         self._sched = None  # GroupSchedule when all_reduce runs plans (R2CC_SCHEDULE != builtin)
         self._rail_Bps = envs.get("R2CC_RAIL_BPS")
         self._schedules = {}  # (schedule, table, allow_partial_sums) -> GroupSchedule

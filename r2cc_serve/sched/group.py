@@ -30,6 +30,15 @@ from r2cc_serve.sched.trials import Trials
 BANDWIDTH_SCHEDULES = ("auto", "optcc", "r2ccl")  # schedules whose plan depends on the table
 
 
+def one_shot_cutoff(p: int, one_shot_bytes: int, pair_one_shot_bytes: int) -> int:
+    """The largest all_reduce the built-in path runs as one_shot in a group of p ranks
+    (R2CC_ALLREDUCE_ONE_SHOT_BYTES, R2CC_PAIR_ONE_SHOT_BYTES). Between two ranks one_shot sends
+    no more bytes than direct (each rank's whole input, once) and saves a message delay; it
+    reduces the whole vector instead of half, which costs more than that delay only for large
+    vectors. Beyond two ranks it also sends p/2 times the bytes, so its cut-off is far lower."""
+    return pair_one_shot_bytes if p == 2 else one_shot_bytes
+
+
 def builtin_schedule(nbytes: int, one_shot_bytes: int) -> str:
     """What the built-in C++ all_reduce runs for this size (R2CC_ALLREDUCE_ONE_SHOT_BYTES)."""
     return "one_shot" if nbytes <= one_shot_bytes else "direct"

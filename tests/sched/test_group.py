@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.sched.group import Agreement, GroupSchedule, capacity_from_rails, parse_table
+from r2cc_serve.sched.group import (Agreement, GroupSchedule, builtin_schedule, capacity_from_rails, one_shot_cutoff,
+                                    parse_table)
 
 
 def test_exchange_points_depend_only_on_the_calls():
@@ -15,6 +16,15 @@ def test_exchange_points_depend_only_on_the_calls():
     # the budget is reached by three 400 KB calls; a call over the budget exchanges before it
     # runs, and the one after it too (the budget ran on that table)
     assert [by_bytes.due(s) for s in sizes] == [True, False, False, False, True, True, True, True, False]
+
+
+def test_pairs_exchange_whole_inputs_up_to_their_own_cut_off():
+    # Between two ranks one exchange moves no more bytes than reduce-scatter + all-gather, so
+    # the built-in path runs it up to the pair cut-off; larger groups keep the general one.
+    pair, group = one_shot_cutoff(2, 32 << 10, 512 << 10), one_shot_cutoff(3, 32 << 10, 512 << 10)
+    assert (pair, group) == (512 << 10, 32 << 10)
+    assert builtin_schedule(256 << 10, pair) == "one_shot" and builtin_schedule(256 << 10, group) == "direct"
+    assert builtin_schedule((512 << 10) + 1, pair) == "direct"
 
 
 def test_static_table_fractions_scale_to_a_full_rank():
