@@ -108,13 +108,23 @@ size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& f
   return frames.size() - before;
 }
 
+size_t Transport::send_room_locked(const Conn& c, size_t want) const {
+  // The socket holds at most what this rank wrote on it that the peer has not acknowledged
+  // (inflight_bytes) plus frames and headers (kUnbookedBytes). Where that leaves `want`, the
+  // kernel need not be asked: it cost two system calls per chunk and per ack sent.
+  const size_t booked = c.inflight_bytes + kUnbookedBytes;
+  if (c.sndbuf > 0 && size_t(c.sndbuf) >= booked + want) return size_t(c.sndbuf) - booked;
+  return size_t(std::max(0, send_space(c.fd, c.sndbuf)));
+}
+
 int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now) {
   if (!is_connected(c.state) || c.writing) return 0;
-  const int space = send_space(c.fd) - 4096;
-  if (space < int(sizeof(FrameHeader))) return 0;
+  constexpr size_t kSlack = 4096;
+  const size_t room = send_room_locked(c, kSlack + kMaxAcksPerWrite * sizeof(FrameHeader));
+  if (room < kSlack + sizeof(FrameHeader)) return 0;
   std::vector<FrameHeader> frames;
   if (lead.magic == kFrameMagic) frames.push_back(lead);
-  const size_t acks = take_acks_locked(c, p, frames, now, size_t(space) / sizeof(FrameHeader));
+  const size_t acks = take_acks_locked(c, p, frames, now, (room - kSlack) / sizeof(FrameHeader));
   if (frames.empty()) return 1;
   const int sent = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
   if (sent == 1) {

@@ -196,6 +196,7 @@ void Transport::install(Conn& c, int fd) {
   }
   const bool first = c.state == RailState::kConnecting;
   c.fd = fd;
+  c.sndbuf = send_buffer_size(fd);
   c.epoch++;
   c.state = rail_drained_[c.rail] ? RailState::kDrained : RailState::kUp;
   c.peer_drained = false;

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 namespace r2cc {
@@ -104,16 +105,34 @@ int listen_on(const std::string& ip, int* port) {
   return fd;
 }
 
+namespace {
+// net.core.wmem_max: the cap on SO_SNDBUF for processes without CAP_NET_ADMIN (0 if unreadable).
+int wmem_max() {
+  static const int value = [] {
+    int v = 0;
+    if (FILE* f = fopen("/proc/sys/net/core/wmem_max", "r")) {
+      if (fscanf(f, "%d", &v) != 1) v = 0;
+      fclose(f);
+    }
+    return v;
+  }();
+  return value;
+}
+}  // namespace
+
 void tune_socket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  // A fixed send buffer (the kernel caps it at net.core.wmem_max and doubles it). Left to
-  // autotuning, a rail that had carried only small messages kept ~64 KiB: too little room for
-  // an inline chunk (posting.cc), so a 256 KiB all_reduce's chunks waited for writer threads
-  // (2 hosts x 4 rails: 0.32-0.39 ms, 0.27 ms fixed). It adds no queueing: a connection never
-  // holds more than its window (window_for_locked) of un-acknowledged data.
+  // A fixed send buffer. Left to autotuning, a rail that had carried only small messages kept
+  // ~64 KiB: too little room for an inline chunk (posting.cc), so a 256 KiB all_reduce's chunks
+  // waited for writer threads (2 hosts x 4 rails: 0.32-0.39 ms, 0.27 ms fixed). It adds no
+  // queueing: a connection never holds more than its window (window_for_locked) of
+  // un-acknowledged data. SO_SNDBUF is capped at net.core.wmem_max (4 MiB on the lab machines,
+  // 208 KiB by the kernel's default): where that cap is lower and SO_SNDBUFFORCE is not allowed
+  // (no CAP_NET_ADMIN), autotuning, which may grow to tcp_wmem's 4 MiB, is the better choice.
   int sndbuf = kSendBufferBytes;
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) != 0 && wmem_max() >= kSendBufferBytes)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
   // Unacknowledged data on a dead path errors out instead of retrying for ~15 min;
   // detection itself is the application heartbeat, this is only the backstop.
   unsigned int user_timeout_ms = 5000;
@@ -224,11 +243,16 @@ std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std
   return writev_full(fd, buf, n, nullptr, 0, poll_ms, should_stop, on_progress);
 }
 
-int send_space(int fd) {
-  int queued = 0, size = 0;
+int send_buffer_size(int fd) {
+  int size = 0;
   socklen_t len = sizeof(size);
-  if (ioctl(fd, SIOCOUTQ, &queued) != 0 || getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &len) != 0) return 0;
-  return size - queued;
+  return getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &len) == 0 ? size : 0;
+}
+
+int send_space(int fd, int size) {
+  int queued = 0;
+  if (ioctl(fd, SIOCOUTQ, &queued) != 0) return 0;
+  return (size > 0 ? size : send_buffer_size(fd)) - queued;
 }
 
 int send_small_nonblocking(int fd, const void* buf, size_t n) {

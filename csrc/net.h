@@ -79,7 +79,8 @@ int bytes_readable(int fd);
 // lower nice value. Returns what it got ("fifo", "nice" or "none").
 std::string raise_thread_priority();
 // Free space in the socket's send buffer (0 on error).
-int send_space(int fd);
+int send_space(int fd, int size = 0);  // size: the socket's SO_SNDBUF if known (saves a call)
+int send_buffer_size(int fd);  // SO_SNDBUF: the limit on bytes queued in the socket
 // Writes a small buffer without blocking. Returns 1 if all of it went out, 0 if none
 // did (buffer full; nothing written), -1 on a socket error or a partial write.
 int send_small_nonblocking(int fd, const void* buf, size_t n);

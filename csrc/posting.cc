@@ -149,14 +149,14 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   // took them all (1 MiB at 1gbit went out on one rail), and the others' buffers, never used,
   // never grew to have room. Room: twice the chunk, as the kernel's count of free buffer
   // includes its own overhead.
-  const int room = int(2 * chunk.msg->chunk_len(chunk.idx) + 4096);
+  const size_t room = 2 * chunk.msg->chunk_len(chunk.idx) + 4096;
   Conn* best = nullptr;
   for (auto& c : p.conns)
     if (c->rail != taken && (!only || c.get() == only) && !c->writing && c->inflight_bytes < window_for_locked(*c) &&
         c->ctrl.empty() && c->ctrl_abort.empty() && conn_takes_chunks_locked(*c, p) &&
         (!best || c->inflight_bytes < best->inflight_bytes) &&
         (!if_room || ((!rails_used || !(*rails_used)[size_t(c->rail)]) &&
-                      (send_space(c->fd) >= room || c->skip_room_check))))
+                      (send_room_locked(*c, room) >= room || c->skip_room_check))))
       best = c.get();
   if (!best) return false;
   Conn& c = *best;

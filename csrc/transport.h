@@ -370,6 +370,10 @@ class Transport {
   // and without blocking: room in the send buffer makes a partial write impossible. 1: sent (or
   // nothing to send); 0: no room or the socket is busy (acks stay owed); -1: the rail failed.
   int send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now);
+  // Free bytes in c's send buffer: at least `want` when this side's own books show that much
+  // (no system call), else the kernel's count (SIOCOUTQ), which may be less.
+  size_t send_room_locked(const Conn& c, size_t want) const;
+  static constexpr size_t kUnbookedBytes = 256 * 1024;  // frames and headers written, not in inflight_bytes
   std::string stopped_chunk_reason() const;
   static std::string send_failed(const Conn& c, const std::string& why);  // "send to rank N on railK failed: why"
   // Pops p's next queued chunk that still needs sending (chunks acked or finished meanwhile are

@@ -16,6 +16,7 @@ struct Transport::Conn {
   int peer = -1, rail = -1;
   bool we_connect = false;  // the higher rank of a pair dials; the lower one accepts
   int fd = -1;
+  int sndbuf = 0;  // SO_SNDBUF of the current socket, read at install (send_room_locked)
   // Bumped by every install and failure; a reader/writer holding an older epoch stands down.
   std::atomic<uint64_t> epoch{0};
   std::map<int, int> fd_users;  // reader/writer threads still using a socket; the last one closes a retired fd
