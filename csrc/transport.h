@@ -327,6 +327,7 @@ class Transport {
   // copies when idle; returns after any progress or a bell.
   void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
   bool rx_drive_ready(const Op* ops, size_t n);  // never blocks; true if it handled a stream
+  void rx_send_owed_acks_locked();  // the driving caller's acks of what it read, one write per peer
   // Adaptive spinning (spin_us > 0): whether this wait should poll before it sleeps, and how
   // a spin ended (data or done within spin_us, or not). Lock free; only a driving caller notes.
   bool spin_worthwhile();

@@ -99,6 +99,7 @@ struct Transport::RxStream {
   std::shared_ptr<InMsg> msg;  // kPayload: the message the chunk belongs to (null: already complete)
   size_t idx = 0;
   bool urgent = false;  // ack at once: the chunk frees window space at the sender
+  bool refills = false;  // its message has more chunks than rails: the ack lets the sender send more of it
   char* dest = nullptr;  // the claimed chunk in the message's buffer; null: into scratch
   std::vector<char> scratch;
   std::string reason;
@@ -120,6 +121,8 @@ struct Transport::Peer {
   std::set<uint64_t> done_above;                     // complete seqs >= done_floor
   std::deque<AckItem> acks;                          // to send, on any rail
   bool acks_urgent = false;                          // some owed ack frees window space at the sender
+  bool acks_refill = false;                          // some owed ack lets the sender send more of its message
+  Conn* ack_via = nullptr;  // driving caller: urgent acks owed, to go on this rail once it has read what is ready
   std::vector<std::unique_ptr<Conn>> conns;          // one per rail
   int64_t no_link_since_ns = 0;                      // 0 while some rail is connected
   int64_t no_path_since_ns = 0;                      // 0 while some rail is connected and not suspect
