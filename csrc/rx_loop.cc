@@ -138,7 +138,7 @@ bool Transport::rx_drive_ready(const Op* ops, size_t n) {
     any = true;
     if (any_op_done(ops, n)) break;
   }
-  if (any) {
+  if (rx_acks_owed_) {
     std::unique_lock<std::mutex> lk(mu_);
     rx_send_owed_acks_locked();
   }
@@ -146,6 +146,7 @@ bool Transport::rx_drive_ready(const Op* ops, size_t n) {
 }
 
 void Transport::rx_send_owed_acks_locked() {
+  rx_acks_owed_ = false;
   // One write per peer for every chunk read in this pass (was one per chunk: at 2 hosts x 4
   // rails a 1 MiB all_reduce sent 6 acks a rank, each a packet, a wake-up and a read at the
   // peer). On the rail of the last chunk read; a busy or full socket leaves them to a writer.
@@ -299,8 +300,10 @@ void Transport::rx_handle(RxStream& s) {
     // chunk came by; otherwise once this thread has read what is ready now, all in one write
     // (rx_send_owed_acks_locked).
     if (tl_driving && p.acks_urgent && !p.acks.empty()) {
-      if (!p.acks_refill) p.ack_via = &c;
-      else if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
+      if (!p.acks_refill) {
+        p.ack_via = &c;
+        rx_acks_owed_ = true;
+      } else if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
     }
     if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
   }

@@ -422,6 +422,7 @@ class Transport {
   int wake_fd_ = -1;      // eventfd: written at close() so the receive thread returns at once
   int caller_bell_ = -1;  // eventfd: rung when another thread completed or failed something
   bool caller_driving_ = false;
+  bool rx_acks_owed_ = false;  // some Peer::ack_via is set (only the driving caller touches either)
   bool rx_admitted_ = true;         // epfd_ is in rx_ep_
   int64_t last_drive_end_ns_ = 0;
   std::vector<std::unique_ptr<RxStream>> rx_streams_;  // one per socket not yet retired
