@@ -155,10 +155,13 @@ void Transport::rx_send_owed_acks_locked() {
     Peer& p = *pp;
     Conn& c = *p.ack_via;
     p.ack_via = nullptr;
-    if (p.acks.empty()) continue;
-    if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
-    if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
+    if (!p.acks.empty()) rx_ack_now_locked(p, c);
   }
+}
+
+void Transport::rx_ack_now_locked(Peer& p, Conn& c) {
+  if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
+  if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
 }
 
 void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
@@ -303,7 +306,9 @@ void Transport::rx_handle(RxStream& s) {
       if (!p.acks_refill) {
         p.ack_via = &c;
         rx_acks_owed_ = true;
-      } else if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
+      } else {
+        rx_ack_now_locked(p, c);
+      }
     }
     if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
   }
@@ -402,7 +407,6 @@ std::string Transport::rx_data_begin_locked(RxStream& s) {
     return "corrupt data frame (offset/length out of range)";
   s.idx = h.offset / h.chunk_bytes;
   s.urgent = h.total > opt_.small_msg_bytes;
-  s.refills = h.total > uint64_t(h.chunk_bytes) * uint64_t(num_rails());
   s.msg.reset();
   s.dest = nullptr;
   if (!p.is_done(h.seq)) {
@@ -457,7 +461,8 @@ void Transport::rx_data_done_locked(RxStream& s) {
   char* dest = s.dest;
   s.dest = nullptr;
   c.st.bytes_recv += h.len;
-  if (s.urgent && s.refills) p.acks_refill = true;
+  // A message with more chunks than rails: its sender may be waiting for this ack's window.
+  if (s.urgent && h.total > uint64_t(h.chunk_bytes) * uint64_t(num_rails())) p.acks_refill = true;
   if (!m) {  // whole message already complete: only re-acknowledge
     enqueue_ack_locked(p, h.seq, s.idx, false, s.urgent);
     return;

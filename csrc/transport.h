@@ -328,6 +328,7 @@ class Transport {
   void rx_drive_once(const Op* ops, size_t n, int timeout_ms);
   bool rx_drive_ready(const Op* ops, size_t n);  // never blocks; true if it handled a stream
   void rx_send_owed_acks_locked();  // the driving caller's acks of what it read, one write per peer
+  void rx_ack_now_locked(Peer& p, Conn& c);  // p's owed acks on c now, else by a writer
   // Adaptive spinning (spin_us > 0): whether this wait should poll before it sleeps, and how
   // a spin ended (data or done within spin_us, or not). Lock free; only a driving caller notes.
   bool spin_worthwhile();

@@ -99,7 +99,6 @@ struct Transport::RxStream {
   std::shared_ptr<InMsg> msg;  // kPayload: the message the chunk belongs to (null: already complete)
   size_t idx = 0;
   bool urgent = false;  // ack at once: the chunk frees window space at the sender
-  bool refills = false;  // its message has more chunks than rails: the ack lets the sender send more of it
   char* dest = nullptr;  // the claimed chunk in the message's buffer; null: into scratch
   std::vector<char> scratch;
   std::string reason;

@@ -384,7 +384,6 @@ def goodbye_is_not_a_warning(rank, world, store, opts):
         logger.removeHandler(handler)
 
 
-
 def mid_size_chunk_writers(comm, rank, world):
     """20 all_reduces of 256 KiB on rails that had carried only small messages (300 of 4 KiB):
     how many of their chunks a writer thread wrote rather than the posting or waiting caller."""
