@@ -13,7 +13,8 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-APT_PKGS=(iproute2 nftables procps openmpi-bin libopenmpi-dev g++ make)
+# mptcpize: the MPTCP baselines (gloo-mptcp, default-mptcp) run under its preload library
+APT_PKGS=(iproute2 nftables procps openmpi-bin libopenmpi-dev g++ make mptcpize)
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

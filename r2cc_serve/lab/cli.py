@@ -67,6 +67,9 @@ def _up(args) -> int:
     print(f"  rails: {shown}{' ...' if lab.rails > 8 else ''} (host i is .i+1)")
     print(f"  mgmt: {lab.mgmt_ifname} {lab.mgmt_ip(0)}..{lab.mgmt_ip(lab.hosts - 1)}, "
           f"root namespace {lab.mgmt_root_ip} on bridge {lab.mgmt_bridge}")
+    if lab.rails > 1:
+        print("  mptcp: a subflow endpoint per rail beyond rail0 in every host (used only by MPTCP sockets, "
+              "e.g. the gloo-mptcp baseline)" if lab.mptcp else "  mptcp: not available in this kernel")
     return 0
 
 

@@ -15,7 +15,7 @@ import uuid
 
 from r2cc_serve import envs
 from r2cc_serve.faults import HOST_FAULTS, LAB_KINDS, FaultSpec
-from r2cc_serve.lab import faults, netns, probe, state, status, topology
+from r2cc_serve.lab import faults, mptcp, netns, probe, state, status, topology
 from r2cc_serve.lab.layout import Layout, check_counts, check_prefix, check_rate
 from r2cc_serve.lab.netns import LabError
 
@@ -44,9 +44,10 @@ class Lab:
         with state.locked(path):
             _teardown(prefix, path)
             started = time.monotonic()
-            topology.build(Layout(prefix, hosts, rails), rate, mtu)
+            with_mptcp = mptcp.supported()
+            topology.build(Layout(prefix, hosts, rails), rate, mtu, with_mptcp)
             recorded = {"id": uuid.uuid4().hex, "prefix": prefix, "hosts": hosts, "rails": rails,
-                        "rate": rate, "mtu": mtu, "state_file": path, "faults": {},
+                        "rate": rate, "mtu": mtu, "mptcp": with_mptcp, "state_file": path, "faults": {},
                         "created": time.time(), "build_s": round(time.monotonic() - started, 3)}
             state.write(recorded, path)
         return cls(recorded, path)
@@ -95,6 +96,11 @@ class Lab:
     @property
     def mtu(self) -> int:
         return self._recorded["mtu"]
+
+    @property
+    def mptcp(self) -> bool:
+        """Whether the hosts have an MPTCP subflow endpoint per rail (kernels with MPTCP)."""
+        return bool(self._recorded.get("mptcp"))
 
     def host_ns(self, i: int) -> str:
         return self._layout.host_ns(self._layout.check_host(i))

@@ -6,7 +6,7 @@ the report stays true even if someone changed a link by hand.
 
 from __future__ import annotations
 
-from r2cc_serve.lab import netns, shaping, state
+from r2cc_serve.lab import mptcp, netns, shaping, state
 from r2cc_serve.lab.layout import Layout
 
 
@@ -43,7 +43,8 @@ def collect(layout: Layout, recorded: dict) -> dict:
 def _host_entry(layout: Layout, i: int, ifaces: dict) -> dict:
     mgmt = ifaces.get(layout.mgmt_ifname, {})
     return {"host": i, "netns": layout.host_ns(i), "mgmt_ip": layout.mgmt_ip(i),
-            "mgmt_up": mgmt.get("operstate") == "UP"}
+            "mgmt_up": mgmt.get("operstate") == "UP",
+            "mptcp_endpoints": [f"{e.get('address')} dev {e.get('dev', '?')}" for e in mptcp.endpoints(layout.host_ns(i))]}
 
 
 def _link_entry(layout: Layout, i: int, k: int, ifaces: dict, qdiscs: dict, tables: set,

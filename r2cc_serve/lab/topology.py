@@ -8,7 +8,7 @@ a benchmark driver) reach every host; rail faults never touch it.
 
 from __future__ import annotations
 
-from r2cc_serve.lab import netns, shaping
+from r2cc_serve.lab import mptcp, netns, shaping
 from r2cc_serve.lab.layout import Layout
 from r2cc_serve.lab.netns import LabError
 
@@ -16,8 +16,12 @@ from r2cc_serve.lab.netns import LabError
 _NO_IPV6_BY_DEFAULT = {"net.ipv6.conf.default.disable_ipv6": "1"}
 
 
-def build(layout: Layout, rate: str | None, mtu: int) -> None:
-    """Create the whole lab; on any failure remove what was made and re-raise."""
+def build(layout: Layout, rate: str | None, mtu: int, with_mptcp: bool = True) -> None:
+    """Create the whole lab; on any failure remove what was made and re-raise.
+
+    with_mptcp: give each host an MPTCP subflow endpoint per rail beyond rail 0 (lab/mptcp.py);
+    plain TCP, r2cc's transport, ignores them.
+    """
     try:
         _check_mgmt_subnet_free(layout)
         _add_namespaces(layout)
@@ -30,6 +34,8 @@ def build(layout: Layout, rate: str | None, mtu: int) -> None:
             for i in range(layout.hosts):
                 for k in range(layout.rails):
                     shaping.set_link_rate(layout, i, k, rate)
+        if with_mptcp:
+            _add_mptcp_endpoints(layout)
     except BaseException:
         teardown(layout.prefix)
         raise
@@ -113,6 +119,12 @@ def _add_switched_rails(layout: Layout, mtu: int) -> None:
             netns.ip(sw, "link", "set", port, "master", bridge, "up")
             _configure_host_end(layout.host_ns(i), dev, f"{layout.rail_ip(i, k)}/24")
         netns.ip(sw, "link", "set", bridge, "mtu", str(mtu), "up")
+
+
+def _add_mptcp_endpoints(layout: Layout) -> None:
+    for i in range(layout.hosts):
+        mptcp.add_endpoints(layout.host_ns(i), [(layout.rail_ifname(k), layout.rail_ip(i, k))
+                                                for k in range(1, layout.rails)])
 
 
 def _configure_host_end(ns: str, dev: str, cidr: str) -> None:

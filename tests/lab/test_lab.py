@@ -107,6 +107,9 @@ def test_status_reports_addresses_links_and_shaping(lab2):
         assert x["ip"] == lab2.rail_ip(x["host"], x["rail"])
         assert x["egress_shaping"]["rate_bit"] == 10**9 == x["ingress_shaping"]["rate_bit"]
     assert [h["mgmt_up"] for h in st["host_list"]] == [True, True]
+    if lab2.mptcp:  # an MPTCP subflow endpoint on every rail but rail0 (the MPTCP baselines)
+        for h in st["host_list"]:
+            assert h["mptcp_endpoints"] == [f"{lab2.rail_ip(h['host'], k)} dev rail{k}" for k in (1, 2, 3)], h
 
 
 def test_three_hosts_switch_with_odd_rail_count(make_lab):
