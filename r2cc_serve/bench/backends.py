@@ -1,4 +1,5 @@
-"""The backends a worker can drive (r2cc, gloo, Open MPI, and a bare-TCP floor), behind one small interface.
+"""The backends a worker can drive (r2cc, gloo in its three wirings, Open MPI, and a bare-TCP floor),
+behind one small interface.
 
     b = make_backend("gloo", rank, world, store, rails, timeout_s)
     runner = b.runner("all_reduce", inp)   # buffers allocated once, outside any timing
@@ -143,11 +144,13 @@ class _PeerBackend:
 
 
 class GlooBackend(_PeerBackend):
-    """torch.distributed gloo; GLOO_SOCKET_IFNAME (set by the parent) lists the rails."""
+    """torch.distributed gloo. The parent puts it on the rails (lab/baselines.py): gloo one rail,
+    gloo-rails a device per rail, gloo-mptcp one rail under MPTCP with a subflow per rail."""
     name = "gloo"
 
-    def __init__(self, rank, world, store, rails, timeout_s):
+    def __init__(self, rank, world, store, rails, timeout_s, name="gloo"):
         import torch.distributed as dist
+        self.name = name
         self.dist, self.world = dist, world
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
@@ -231,7 +234,9 @@ class TcpFloorBackend(_PeerBackend):
 
 
 def make_backend(name: str, rank: int, world: int, store, rails: list[str], timeout_s: float, **kw):
-    cls = {"r2cc": R2ccBackend, "gloo": GlooBackend, "mpi": MpiBackend, "tcp-floor": TcpFloorBackend}[name]
+    if name.startswith("gloo"):
+        return GlooBackend(rank, world, store, rails, timeout_s, name=name, **kw)
+    cls = {"r2cc": R2ccBackend, "mpi": MpiBackend, "tcp-floor": TcpFloorBackend}[name]
     return cls(rank, world, store, rails, timeout_s, **kw)
 
 

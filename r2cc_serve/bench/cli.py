@@ -1,7 +1,8 @@
-"""`r2cc bench`: r2cc vs gloo vs Open MPI over the same lab rails, with optional faults.
+"""`r2cc bench`: r2cc vs gloo (one rail, a device per rail, MPTCP) vs Open MPI over the same
+lab rails, with optional faults.
 
     r2cc bench --hosts 2 --rails 4 --rate 1gbit --op all_reduce --sizes 4K,1M,64M \\
-               --backend r2cc,gloo,mpi --iters 5 --fault h0:1:down@30% --json out.json
+               --backend r2cc,gloo,gloo-mptcp,mpi --iters 5 --fault h0:1:down@30% --json out.json
     r2cc bench --hosts 4 --rails 4 --rate 250mbit --sizes 64M --backend r2cc \\
                --schedule builtin,direct,optcc,auto --hold-fault h3:2:down --hold-fault h3:3:down
     r2cc bench --hosts 4 --rate 250mbit,500mbit,1gbit,unshaped --sizes 64M --backend r2cc,mpi
@@ -34,9 +35,13 @@ def register(subparsers) -> None:
     p.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth runs)")
     p.add_argument("--op", default="all_reduce", choices=spec.OPS)
     p.add_argument("--sizes", default="4K,1M,64M", help="message sizes, nccl-tests style (default 4K,1M,64M)")
-    p.add_argument("--backend", default="r2cc,gloo,mpi", help="comma list of r2cc,gloo,mpi,tcp-floor (tcp-floor: a plain TCP ring "
-                                                       "all_reduce over the same rails, no failover: what moving "
-                                                       "and summing the bytes costs at all)")
+    p.add_argument("--backend", default="r2cc,gloo,gloo-mptcp,mpi",
+                   help=f"comma list of {','.join(spec.BACKENDS)} (default r2cc,gloo,gloo-mptcp,mpi). gloo: torch "
+                        "gloo on rail0 alone, as a user configures it; gloo-rails: a gloo device per rail; "
+                        "gloo-mptcp: gloo on rail0 under kernel MPTCP with a subflow on every rail (mptcpize); "
+                        "mpi: Open MPI's TCP transport striping over every rail; tcp-floor: a plain TCP ring "
+                        "all_reduce over the same rails, no failover: what moving and summing the bytes costs "
+                        "at all")
     p.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
@@ -134,6 +139,13 @@ def _check_backends(backends: list[str]) -> None:
         except ImportError:
             raise UserError("backend mpi needs mpi4py: pip install mpi4py "
                             "(and apt-get install -y openmpi-bin libopenmpi-dev)") from None
+    if "gloo-mptcp" in backends:
+        from r2cc_serve.lab import mptcp
+
+        if not mptcp.supported():
+            raise UserError("backend gloo-mptcp needs a kernel with MPTCP (sysctl net.mptcp.enabled=1) and an "
+                            "iproute2 that knows `ip mptcp`")
+        mptcp.preload_env()  # mptcpize present, the gloo fix built: fail here, not in a rank
     if "r2cc" in backends:
         try:
             from r2cc_serve import _C  # noqa: F401

@@ -20,20 +20,22 @@ import time
 
 import r2cc_serve
 from r2cc_serve.errors import UserError
+from r2cc_serve.lab import baselines
 
 WORKER_MODULE = "r2cc_serve.bench.worker"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(r2cc_serve.__file__)))
 
 
-def worker_env(backend: str, rails: list[str], spin_us: int | None = None) -> dict:
+def worker_env(backend: str, rails: list[str], spin_us: int | None = None, lab=None) -> dict:
     env = dict(os.environ)
     if backend == "r2cc" and spin_us is not None:
         env["R2CC_SPIN_US"] = str(spin_us)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"  # 2 cores shared by all ranks
     env["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # c10d warns about reverse DNS on every store client
-    if backend == "gloo":
-        env["GLOO_SOCKET_IFNAME"] = ",".join(rails)  # one gloo device per rail
+    variant = baselines.variant_of(backend, "gloo")  # gloo: one rail; -rails: a device each; -mptcp
+    if variant:
+        env.update(baselines.gloo_env(variant, rails, lab, base=env))
     return env
 
 
@@ -89,7 +91,7 @@ def _is_our_worker(pid: int) -> bool:
 
 def start_netns(lab, name: str, cfg_path: str, out_dir: str, backend: str, rails: list[str],
                 spin_us: int | None = None) -> Launch:
-    env = worker_env(backend, rails, spin_us)
+    env = worker_env(backend, rails, spin_us, lab)
     procs = []
     try:
         for i in range(lab.hosts):

@@ -33,7 +33,8 @@ def _first_error(entries: list[dict | None]) -> str | None:
 def summarize_measure(backend: str, op: str, world: int, size: int, entries: list[dict | None],
                       schedule: str | None = None) -> dict:
     """One results row from every rank's entry for one (size, group, r2cc schedule)."""
-    row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "busbw_GBps": None,
+    row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "p99_s": None, "max_s": None,
+           "iters": None, "busbw_GBps": None,
            "cpu_s_per_GB": None, "correct": False, "bit_exact": False, "error": _first_error(entries)}
     if schedule:
         row["schedule"] = schedule
@@ -48,7 +49,8 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
     canonical = backend == "r2cc" and schedule not in PARTIAL_SUM_SCHEDULES
     correct = exact if canonical else all(e["close"] for e in entries)
     tx = np.sum(np.array([e["rail_tx_bytes"] for e in entries]), axis=0)
-    row.update(p50_s=p50, p90_s=p90, busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
+    row.update(p50_s=p50, p90_s=p90, p99_s=float(np.percentile(per_iter, 99)), max_s=float(per_iter.max()),
+               iters=len(per_iter), busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
                cpu_s_per_GB=cpu_seconds_per_GB(entries, size),
                correct=bool(correct), bit_exact=bool(exact), max_err=max(e["max_err"] for e in entries),
                rail_tx_share=[round(float(x) / max(1.0, float(tx.sum())), 3) for x in tx],
@@ -140,6 +142,17 @@ def _median(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
 
+def add_free_extras(results: list[dict], faults: list[dict]) -> None:
+    """Each fault row also gets its backend's fault-free p50 on every rail and the faulted op's
+    time beyond it (extra_vs_free_s): the same yardstick for every backend. (r2cc's own extra_s
+    is against r2cc on one rail fewer, which isolates the cost of detection and re-sending.)"""
+    p50 = {(r["backend"], r["bytes"]): r["p50_s"] for r in results if not r.get("schedule") and r["p50_s"]}
+    for f in faults:
+        free = p50.get((f["backend"], f["bytes"]))
+        f["free_p50_s"] = free
+        f["extra_vs_free_s"] = f["fault_s"] - free if free is not None and f.get("fault_s") is not None else None
+
+
 def add_ratios(results: list[dict]) -> None:
     """ratio_vs_r2cc = p50 / r2cc's p50 at the same size (> 1: r2cc is faster); r2cc's reference
     is its first row per size (its configured path, or the first --schedule)."""
@@ -172,13 +185,14 @@ def table(report: dict) -> str:
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
              + ("+dirty csrc" if build.get("csrc_dirty") else "")
              + (f"  r2cc spin_us={report['spin_us']}" if report.get("spin_us") is not None else ""),
-             f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'busbw GB/s':>10} "
+             f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'p99 ms':>10} {'max ms':>10} {'busbw GB/s':>10} "
              f"{'CPU s/GB':>9} {'correct':>8} {'p50/r2cc':>8}  rails tx share"]
     for r in report["results"]:
         share = "/".join(f"{x * 100:.0f}" for x in r.get("rail_tx_share") or [])
         correct = ("exact" if r.get("bit_exact") else "yes") if r["correct"] else "NO"
         name = r["backend"] + (f":{r['schedule']}" if r.get("schedule") else "")
         lines.append(f"{name:14} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
+                     f"{_ms(r.get('p99_s')):>10} {_ms(r.get('max_s')):>10} "
                      f"{_num(r['busbw_GBps'], '.3f'):>10} {_num(r.get('cpu_s_per_GB'), '.3g'):>9} {correct:>8} "
                      f"{_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
                      + (f"  mean chunk {r['mean_chunk_bytes'] / 1024:.0f}K" if r.get("mean_chunk_bytes") else "")
@@ -190,8 +204,8 @@ def table(report: dict) -> str:
         lines += ["", schedule_table(report)]
     if report["faults"]:
         lines.append("")
-        lines.append(f"{'backend':8} {'bytes':>6} {'fault':24} {'done':>5} {'exact':>5} {'fault ms':>9} "
-                     f"{'base ms':>9} {'extra ms':>9} {'resent':>10}  notes")
+        lines.append(f"{'backend':11} {'bytes':>6} {'fault':24} {'done':>5} {'exact':>5} {'fault ms':>9} "
+                     f"{'base ms':>9} {'extra ms':>9} {'vs free':>9} {'resent':>10}  notes")
         for f in report["faults"]:
             notes = [f"baseline={f['baseline']}"]
             if not f["hit"]:
@@ -205,13 +219,21 @@ def table(report: dict) -> str:
                 notes.append(f"detected in {f['detect_s'] * 1e3:.0f} ms")
             if "recover_s" in f:
                 notes.append(f"rails back after {f['recover_s']:.2f}s" if f["recovered"] else "rails NOT back")
+            if f.get("kernel_mptcp") is not None:
+                k = f["kernel_mptcp"]
+                notes.append("kernel MPTCP: " + ", ".join(f"{name} {k.get(key, 0)}" for name, key in (
+                    ("subflows stale", "SubflowStale"), ("recovered", "SubflowRecover"),
+                    ("re-injected", "MPTCPRetrans"), ("subflows removed", "RmSubflow"))))
             if f["error"]:
                 notes.append(f"error: {_oneline(f['error'])[:160]}")
             exact = "-" if f["bit_exact"] is None else ("yes" if f["bit_exact"] else "NO")
-            lines.append(f"{f['backend']:8} {format_size(f['bytes']):>6} {f['spec']:24} "
+            lines.append(f"{f['backend']:11} {format_size(f['bytes']):>6} {f['spec']:24} "
                          f"{'yes' if f['completed'] else 'NO':>5} {exact:>5} {_ms(f['fault_s']):>9} "
-                         f"{_ms(f['baseline_s']):>9} {_ms(f['extra_s']):>9} {f['resent_bytes']:>10}  "
+                         f"{_ms(f['baseline_s']):>9} {_ms(f['extra_s']):>9} {_ms(f.get('extra_vs_free_s')):>9} "
+                         f"{f['resent_bytes']:>10}  "
                          + "; ".join(notes))
+        lines.append("extra ms: the faulted op beyond `base ms` (see baseline=); vs free: beyond the backend's own "
+                     "fault-free p50 on every rail, the same yardstick for every backend")
     return "\n".join(lines)
 
 

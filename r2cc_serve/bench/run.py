@@ -75,6 +75,11 @@ def build_info() -> dict:
     return info
 
 
+def _counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Counters that moved, without the MPTcpExt prefix."""
+    return {k.removeprefix("MPTcpExt"): v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
 def say(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
@@ -112,6 +117,7 @@ class Bench:
                 if backend not in ("r2cc", FLOOR):  # the floor has no failover to measure
                     faults += self._fault_launches(backend, results)
             rep.add_ratios(results)
+            rep.add_free_extras(results, faults)
             report = {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,
                       "iters": o.iters, "warmup": o.warmup, "results": results, "faults": faults,
                       "held_faults": [h.text for h in o.holds], "schedules": o.schedules,
@@ -171,10 +177,26 @@ class Bench:
                     continue
                 task = {"kind": "fault", "size": s, "n": 0, "spec": spec.to_dict(), "delay_s": spec.at * p50,
                         "last": True}
+                kernel0 = self._mptcp_counters() if backend.endswith("-mptcp") else None
                 per_rank, ctl = self._launch(backend, [task], [task])
-                out.append(rep.summarize_fault(backend, spec.text, s, self._entries(per_rank, "fault", s, n=0),
-                                               ctl.injected.get(0), p50, f"{backend} fault-free, all rails"))
+                row = rep.summarize_fault(backend, spec.text, s, self._entries(per_rank, "fault", s, n=0),
+                                          ctl.injected.get(0), p50, f"{backend} fault-free, all rails")
+                if kernel0 is not None:
+                    # MPTCP keeps no record of its own the way r2cc does: the kernel's counters
+                    # (subflows marked stale, data re-injected on another subflow) say what it did.
+                    row["kernel_mptcp"] = _counter_delta(kernel0, self._mptcp_counters())
+                out.append(row)
         return out
+
+    def _mptcp_counters(self) -> dict[str, int]:
+        """The MPTCP MIB counters of every lab host, summed."""
+        from r2cc_serve.lab import mptcp
+
+        total: dict[str, int] = {}
+        for i in range(self.o.hosts):
+            for k, v in mptcp.counters(self.lab.host_ns(i)).items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     def _launch(self, backend: str, tasks: list[dict], fault_tasks: list[dict]):
         o = self.o

@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.lab import baselines
 from r2cc_serve.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
 
 # Not a library: a plain TCP ring all_reduce over the same rails, no failover (bench/tcp_floor.py).
 FLOOR = "tcp-floor"
-BACKENDS = ("r2cc", "gloo", "mpi", FLOOR)
+BACKENDS = ("r2cc", *baselines.names("gloo"), "mpi", FLOOR)
 # r2cc all_reduce schedules (R2CC_SCHEDULE values); builtin is today's fixed C++ path.
 SCHEDULES = ("builtin", "auto", "direct", "one_shot", "ring", "optcc")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")

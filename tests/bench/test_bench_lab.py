@@ -66,6 +66,22 @@ def test_r2cc_and_gloo_small_run(tmp_path):
     assert "r2cc all_reduce 1M" in proc.stderr, "progress names backend and size"
 
 
+def test_gloo_baselines_use_the_rails_they_name(tmp_path):
+    # Shaped, so MPTCP's scheduler must use its other subflows to move the bytes.
+    rep, proc = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "2M",
+                      "--backend", "gloo,gloo-rails,gloo-mptcp", "--iters", "4", "--warmup", "1", timeout=150)
+    rows = {r["backend"]: r for r in rep["results"]}
+    assert set(rows) == {"gloo", "gloo-rails", "gloo-mptcp"} and all(r["correct"] for r in rows.values()), rows
+    assert rows["gloo"]["rail_tx_share"][1] < 0.02, "gloo is configured with rail0 alone"
+    # gloo takes its devices in turn, one per collective; the bench's barrier before each timed
+    # op takes one turn, so the timed ops all land on the other device: rail1 carries them.
+    assert rows["gloo-rails"]["rail_tx_share"][1] > 0.5, "a gloo device per rail reaches rail1"
+    assert min(rows["gloo-mptcp"]["rail_tx_share"]) > 0.2, "MPTCP adds a subflow on rail1"
+    # two rails at 100mbit move 2 MiB faster than one: the subflow really carries bytes
+    assert rows["gloo-mptcp"]["p50_s"] < 0.8 * rows["gloo"]["p50_s"], rows
+    assert "gloo-mptcp" in proc.stdout
+
+
 def test_mpi_small_run(tmp_path):
     pytest.importorskip("mpi4py")
     if shutil.which("mpirun") is None:
@@ -121,8 +137,9 @@ def test_r2cc_survives_a_rail_going_down(tmp_path):
 
 def test_gloo_under_a_blackhole_is_reported_not_hung(tmp_path):
     # gloo is fail-stop: some op after the fault times out (--fault-timeout), and the bench goes on.
+    # The fault is on rail 0, the one rail gloo uses.
     rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "1M",
-                   "--backend", "gloo", "--iters", "2", "--warmup", "1", "--fault", "h0:1:blackhole@30%",
+                   "--backend", "gloo", "--iters", "2", "--warmup", "1", "--fault", "h0:0:blackhole@30%",
                    "--fault-timeout", "3", "--followups", "2", timeout=60)
     (f,) = rep["faults"]
     assert FAULT_KEYS <= set(f) and f["backend"] == "gloo", f
