@@ -18,6 +18,7 @@ import sys
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.faults import HELD_KINDS
+from r2cc_serve.serving import vllm_env
 from r2cc_serve.serving.deploy import two_nodes
 from r2cc_serve.serving.faults import parse_option
 from r2cc_serve.serving.labctx import lab_session
@@ -69,7 +70,7 @@ def run(args) -> int:
                     _report(args, lab, out)
     if args.keep_lab:
         _say(f"the lab {lab.prefix} is still up (--keep-lab); `r2cc lab down` removes it")
-    return 0 if args.backend == "default" or not out.problems() else 1
+    return 0 if vllm_env.is_default(args.backend) or not out.problems() else 1
 
 
 def _report(args, lab, out) -> None:
@@ -84,8 +85,9 @@ def _report(args, lab, out) -> None:
     print(f"while broken   : {out.tokens_during_fault} tokens streamed; "
           f"vLLM /health {_mid(rec.mid_fault, 'vllm_health')}; r2cc health {_health(rec.mid_fault)}")
     print(f"inter-token    : p50 {_ms(s['itl_p50_s'])}, p99 {_ms(s['itl_p99_s'])}, max {_ms(s['itl_max_s'])}")
-    if args.backend == "default":
-        # vLLM's gloo path has no failover: it fails or waits for the kernel's TCP retransmits.
+    if vllm_env.is_default(args.backend):
+        # vLLM's gloo path has no failover: it fails or waits for the kernel's TCP retransmits
+        # (over MPTCP, for the kernel to move the data to another subflow).
         stalled = f"decoding stalled up to {s['itl_max_s']:.1f} s" if s["itl_max_s"] else "no tokens"
         print(f"verdict        : default backend: {s['failed']} failed, {stalled}, "
               f"{out.tokens_during_fault} tokens while the rail was broken (compare with --backend r2cc)")
@@ -124,11 +126,14 @@ def _ms(x) -> str:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--backend", choices=["r2cc", "default"], default="r2cc",
-                   help="r2cc (default) or vLLM's own (gloo over the rails: watch it fail)")
+    p.add_argument("--backend", choices=vllm_env.BACKENDS, default="r2cc",
+                   help="r2cc (default), or vLLM's own backend with gloo on rail0 (default), a gloo device per "
+                        "rail (default-rails) or rail0 under kernel MPTCP with a subflow per rail (default-mptcp)")
     p.add_argument("--fault", default="down", metavar="KIND[:ARGS]",
                    help=f"one of {', '.join(HELD_KINDS)} (default down), e.g. degrade:100mbit, flap:200:5")
-    p.add_argument("--rail", type=int, default=1, help="rail of host 0 to break (default 1)")
+    p.add_argument("--rail", type=int, default=0,
+                   help="rail of host 0 to break (default 0: the rail every backend uses, gloo's only one and "
+                        "MPTCP's first subflow)")
     p.add_argument("--after", type=float, default=3.0, help="seconds into the stream (default 3)")
     p.add_argument("--hold", type=float, default=5.0, help="seconds the fault lasts (default 5)")
     p.add_argument("--max-tokens", type=int, default=24)

@@ -92,7 +92,7 @@ def single_instance(lab, model_dir: str, backend: str = "r2cc", port: int = 8123
                     startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True, tp: int = 2):
     """(a): one vLLM with TP=tp (2, or 4 with the tiny model's 4 heads) in the root namespace,
     rank r's rails in lab host r."""
-    vllm_env.check_backend(backend)
+    vllm_env.check_backend(backend, "single")
     if tp not in (2, 4) or tp > lab.hosts:
         raise UserError(f"TP={tp} needs tp in (2, 4) (the tiny model has 4 heads) and as many lab hosts "
                         f"(the lab has {lab.hosts})")
@@ -126,7 +126,8 @@ def two_nodes(lab, model_dir: str, backend: str = "r2cc", port: int = 8000, *, e
         for node in (0, 1):
             tmp = _mkdir(run_dir, f"tmp-node{node}")
             env = vllm_env.node_env(backend=backend, rails=rails, tmpdir=tmp, status_dir=status_dir,
-                                    host_ip=lab.mgmt_ip(node), mgmt_ifname=lab.mgmt_ifname, extra=extra_env)
+                                    host_ip=lab.mgmt_ip(node), mgmt_ifname=lab.mgmt_ifname, extra=extra_env,
+                                    lab=lab)
             argv = vllm_env.serve_argv(model_dir=model_dir, backend=backend, host="0.0.0.0", port=port,
                                        enforce_eager=enforce_eager, served_name=SERVED_NAME,
                                        multi_node=(node, 2, master), extra_args=extra_args)

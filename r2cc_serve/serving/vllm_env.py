@@ -4,10 +4,13 @@ Rails per backend (why):
 - r2cc: TP collectives on the lab rails through r2cc; vLLM's own gloo groups (start-up
   barriers, object broadcasts, no per-token traffic) on the management network, like a
   control plane, so a rail fault hits only the data path r2cc protects.
-- default: vLLM's TP collectives go over torch.distributed gloo. GLOO_SOCKET_IFNAME lists the
-  same four shaped rails (gloo opens one device per interface and spreads successive
-  collectives over them), so both backends move tensors over the same wires; the unshaped
-  management network would flatter the baseline.
+- default, default-rails, default-mptcp: vLLM's own backend, whose TP collectives between
+  nodes go over torch.distributed gloo, put on the same shaped rails (never the unshaped
+  management network, which would flatter it) in the three ways of lab/baselines.py: rail0
+  alone (what a user configures), a gloo device per rail, or rail0 under kernel MPTCP with a
+  subflow on every rail (every vLLM process preloads mptcpize's library and our gloo fix).
+  On one host (`single`) vLLM's default backend uses shared memory, not the rails, so only
+  `default` applies there.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ from __future__ import annotations
 import os
 
 import r2cc_serve
+from r2cc_serve.lab import baselines
 
 # The checkout whose r2cc_serve this harness runs: vLLM's processes must load the same one
 # (the plugin entry point is resolved through sys.path, and an editable install may point
 # at another checkout).
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(r2cc_serve.__file__)))
 
-BACKENDS = ("r2cc", "default")
+BACKENDS = ("r2cc", *baselines.names("default"))
 
 # Every variable we set or must not inherit from the caller (a stray R2CC_NETNS in the
 # caller's shell would put a two-node rank's rails in the wrong namespace).
@@ -46,16 +50,27 @@ _BASE = {
 }
 
 
-def check_backend(backend: str) -> str:
+def check_backend(backend: str, shape: str | None = None) -> str:
+    """The backend name, checked (UserError naming the choices); with shape "single", only the
+    backends that mean something on one host."""
     from r2cc_serve.errors import UserError
 
     if backend not in BACKENDS:
         raise UserError(f"backend {backend!r} is not known: use one of {', '.join(BACKENDS)}")
+    if shape == "single" and backend not in ("r2cc", "default"):
+        raise UserError(f"backend {backend} puts vLLM's gloo on the rails between nodes; on one host vLLM's "
+                        "default backend uses shared memory instead: use the two-nodes shape or `default`")
     return backend
 
 
+def is_default(backend: str) -> bool:
+    """vLLM's own backend, in any of its wirings (default, default-rails, default-mptcp)."""
+    return baselines.variant_of(backend, "default") is not None
+
+
 def node_env(*, backend: str, rails: list[str], tmpdir: str, status_dir: str, netns_template: str | None = None,
-             host_ip: str | None = None, mgmt_ifname: str = "mgmt0", extra: dict | None = None) -> dict:
+             host_ip: str | None = None, mgmt_ifname: str = "mgmt0", extra: dict | None = None,
+             lab=None) -> dict:
     """Environment of one vLLM node.
 
     netns_template: single-instance deployments put rank r's rails in lab host r ("<prefix>-h{rank}");
@@ -77,7 +92,7 @@ def node_env(*, backend: str, rails: list[str], tmpdir: str, status_dir: str, ne
         if host_ip:
             env["GLOO_SOCKET_IFNAME"] = mgmt_ifname
     elif host_ip:
-        env["GLOO_SOCKET_IFNAME"] = ",".join(rails)
+        env.update(baselines.gloo_env(baselines.variant_of(backend, "default"), rails, lab, base=env))
     env.update(extra or {})
     return env
 

@@ -1,0 +1,59 @@
+"""vLLM's own backend over kernel MPTCP (the default-mptcp baseline), for real on two lab hosts.
+
+The baseline must be what it claims before any figure rests on it: every vLLM process under
+mptcpize with our gloo fix, gloo configured with rail0 alone, and the kernel spreading the TP
+traffic over a subflow on every rail; outputs equal the reference's. A rail taken down under
+load is carried by the other subflows (no request fails).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from r2cc_serve.lab import mptcp
+from r2cc_serve.serving.deploy import two_nodes
+from r2cc_serve.serving.faults import FaultSpec
+from r2cc_serve.serving.load import compare, run_load
+from r2cc_serve.serving.scenario import run_with_fault
+from tests.comm.harness import free_port
+from tests.e2e.conftest import LOAD, SERVE_ARGS
+
+
+def _rail_tx(lab) -> list[int]:
+    from r2cc_serve.lab import netns
+
+    links = {link["ifname"]: link for link in netns.ip_json(lab.host_ns(0), "-s", "link", "show")}
+    return [int(links[lab.rail_ifname(k)]["stats64"]["tx"]["bytes"]) for k in range(lab.rails)]
+
+
+@pytest.fixture(scope="module")
+def dep(lab, model_dir, session, reference):
+    if not lab.mptcp:
+        pytest.skip("this kernel has no MPTCP: the lab has no subflow endpoints")
+    try:
+        mptcp.preload_env()
+    except Exception as exc:  # noqa: BLE001 - any reason means the baseline cannot run here
+        pytest.skip(f"MPTCP baseline unavailable: {exc}")
+    with two_nodes(lab, model_dir, backend="default-mptcp", port=free_port(), extra_args=SERVE_ARGS) as d:
+        session.deployments.append(d)
+        yield d
+
+
+def test_default_mptcp_serves_the_reference_tokens_over_every_rail(dep, reference):
+    before = _rail_tx(dep.lab)
+    run = run_load(dep.url, dep.model, LOAD)
+    sent = [a - b for a, b in zip(_rail_tx(dep.lab), before)]
+    assert not run.failed, run.summary()
+    assert compare(reference, run) == []
+    # The TP all_reduces went over every rail: gloo was given rail0 only, so bytes on rails 1-3
+    # are MPTCP's subflows (a few KB of ARP/ND is all an idle rail sends).
+    assert all(s > 100_000 for s in sent), sent
+    assert mptcp.counters(dep.lab.host_ns(0)).get("MPTcpExtMPJoinSynRx", 0) + \
+        mptcp.counters(dep.lab.host_ns(0)).get("MPTcpExtMPJoinSynAckRx", 0) > 0
+
+
+def test_default_mptcp_rides_out_rail0_down(dep, reference):
+    out = run_with_fault(dep, FaultSpec("down", host=0, rail=0, after_s=2, hold_s=4), LOAD, reference)
+    s = out.summary()
+    assert s["failed"] == 0 and out.mismatches == [], s
+    assert out.tokens_during_fault > 0, s  # the other subflows carried on
