@@ -58,6 +58,8 @@ def round_summary(rnd: Round) -> dict:
         flat = [v for g in metric_groups(rnd.requests, m) for v in g]
         for p in PERCENTILES:
             s[f"{m}_p{p}_s"] = percentile(flat, p)
+    # The longest wait for a next token by any request: what a fault costs a user at worst.
+    s["itl_max_s"] = max((v for g in metric_groups(rnd.requests, "itl") for v in g), default=None)
     s["stalls"] = stalls(rnd)
     s["failures"] = rnd.failures
     s["rail_bytes"] = rail_bytes(rnd)
@@ -265,15 +267,21 @@ def analyse(result: dict) -> dict:
     backends = {name: analyse_backend(entry, name, sc.get("targets") or {}, n_boot, sc["rails"])
                 for name, entry in result["backends"].items()}
     outputs = {}
-    if {"r2cc", "default"} <= set(result["backends"]):
-        r, d = (result["backends"][k] for k in ("r2cc", "default"))
+    r = result["backends"].get("r2cc")
+    for other in (b for b in result["backends"] if b != "r2cc"):
+        if r is None:
+            break
+        d = result["backends"][other]
         rp, dp = pairs_of(rounds_of(r)), pairs_of(rounds_of(d))
+        cmp = {}
         if rp and dp:
-            outputs["r2cc_vs_default_fault_free"] = compare_outputs(dp[0][0].requests, rp[0][0].requests)
+            cmp["fault_free"] = compare_outputs(dp[0][0].requests, rp[0][0].requests)
         rs = {x.plan["kind"]: x for x in rounds_of(r, "serial")}
         ds = {x.plan["kind"]: x for x in rounds_of(d, "serial")}
         if "serial-free" in rs and "serial-free" in ds:
-            outputs["r2cc_vs_default_serial"] = compare_outputs(ds["serial-free"].requests, rs["serial-free"].requests)
+            cmp["serial"] = compare_outputs(ds["serial-free"].requests, rs["serial-free"].requests)
+        if cmp:
+            outputs[other] = cmp
     return {"scenario": sc, "started": result.get("started"), "finished": result.get("finished"),
             "backends": backends, "outputs": outputs}
 

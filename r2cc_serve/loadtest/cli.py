@@ -26,7 +26,9 @@ def register(sub) -> None:
                      help="YAML file(s), scenario name(s) from `r2cc loadtest list`, or `all`")
     run.add_argument("--quick", action="store_true", help="each scenario's small `quick:` variant (minutes)")
     run.add_argument("--out", help="results folder (default ./loadtest-results/<date-time>)")
-    run.add_argument("--backends", help="backends to run instead of the scenario's, comma-separated (r2cc, default)")
+    run.add_argument("--backends", help="backends to run instead of the scenario's, comma-separated: r2cc, and vLLM's "
+                                        "default backend with gloo on rail0 (default), a device per rail "
+                                        "(default-rails) or under MPTCP with a subflow per rail (default-mptcp)")
     run.add_argument("--pairs", type=int, help="fault-free/faulted pairs of rounds (overrides the scenario's)")
     run.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"vLLM's port (default {DEFAULT_PORT})")
     run.add_argument("--lab-prefix", default=DEFAULT_LAB_PREFIX,
@@ -46,7 +48,7 @@ def _list(args) -> int:
 
     for sc in list_scenarios():
         faults = "; ".join(f"{s.after_s:g}s {s.notation}" for s in sc.schedule.entries)
-        print(f"{sc.name:24} {','.join(sc.backends):13} {sc.shape:9} {faults}")
+        print(f"{sc.name:24} {','.join(sc.backends):26} {sc.shape:9} {faults}")
         if sc.description:
             print(f"{'':24} {sc.description.splitlines()[0]}")
     print(f"\n(files in {scenario_dir()}; run one with `r2cc loadtest run NAME [--quick]`)")

@@ -16,7 +16,7 @@ from r2cc_serve.errors import UserError
 from r2cc_serve.loadtest.analysis import fault_windows, pairs_of, rail_rates, rounds_of
 from r2cc_serve.loadtest.rounds import Round
 
-COLOURS = {"r2cc": "tab:blue", "default": "tab:red"}
+COLOURS = {"r2cc": "tab:blue", "default": "tab:red", "default-rails": "tab:purple", "default-mptcp": "tab:orange"}
 
 
 def _plt():

@@ -70,7 +70,8 @@ def summary_rows(analyses: list[dict]) -> list[dict]:
             row = {"scenario": a["scenario"]["name"], "backend": backend, "ok": b["ok"], "failed": b["failed"],
                    "unfinished": b["unfinished_rounds"], "outputs": outputs_verdict(b),
                    "lag_max_s": b["fault_timing"].get("lag_max_s"),
-                   "in_effect_max_s": b["fault_timing"].get("in_effect_max_s"), "stall_s": _worst_stall(b)}
+                   "in_effect_max_s": b["fault_timing"].get("in_effect_max_s"), "stall_s": _worst_stall(b),
+                   "gap_max_s": longest_gap(b, "fault"), "gap_max_free_s": longest_gap(b, "free")}
             for m, p in HEADLINE[:2]:
                 row[f"{m}_{p}"] = b["overheads"][m][p]
             rows.append(row)
@@ -80,13 +81,15 @@ def summary_rows(analyses: list[dict]) -> list[dict]:
 def summary_md(rows: list[dict]) -> str:
     out = ["## Summary", "",
            "| scenario | backend | requests ok / failed | rounds cut short | outputs | p99 TPOT overhead [95% CI] "
-           "| p99 E2EL overhead [95% CI] | longest stall | max fault lag (started / done) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| p99 E2EL overhead [95% CI] | longest token gap, faulted / fault-free | longest stall "
+           "| max fault lag (started / done) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         only = " (finished requests only)" if r["failed"] else ""
         out.append(f"| {r['scenario']} | {r['backend']} | {r['ok']} / {r['failed']} | "
                    f"{', '.join(r['unfinished']) or 'none'} | {r['outputs']} | {_ci_undecided(r['tpot_p99'])}{only} | "
-                   f"{_ci_undecided(r['e2el_p99'])}{only} | {_sec(r['stall_s'])} | {_msec(r['lag_max_s'], 1)} / "
+                   f"{_ci_undecided(r['e2el_p99'])}{only} | {_sec(r['gap_max_s'])} / {_sec(r['gap_max_free_s'])} | "
+                   f"{_sec(r['stall_s'])} | {_msec(r['lag_max_s'], 1)} / "
                    f"{_msec(r.get('in_effect_max_s'), 1)} |")
     return "\n".join(out) + "\n"
 
@@ -97,6 +100,12 @@ def outputs_verdict(b: dict) -> str:
         return "not compared"
     compared, differ = sum(p["compared"] for p in pairs), sum(p["differ"] for p in pairs)
     return "identical" if differ == 0 and compared else f"{differ} of {compared} differ"
+
+
+def longest_gap(b: dict, kind: str) -> float | None:
+    """The longest inter-token gap of any request in the rounds of this kind (fault or free)."""
+    gaps = [r["itl_max_s"] for r in b["rounds"] if r["kind"] == kind and r.get("itl_max_s") is not None]
+    return max(gaps) if gaps else None
 
 
 def _worst_stall(b: dict) -> float | None:
@@ -134,13 +143,13 @@ def backend_md(backend: str, b: dict, sc: dict) -> list[str]:
                    + (f" (saturation {b['saturation_req_s']:.3g} req/s)" if b.get("saturation_req_s") else "")
                    + f"; fault daemon at {b.get('fault_daemon')}.")
     out += [f"- note: {n}" for n in b["notes"]]
-    out += ["", "| round | ok | failed | ended | E2EL p50 / p99 | TPOT p50 / p99 | ITL p99 | TTFT p99 | longest stall "
-            "| load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["", "| round | ok | failed | ended | E2EL p50 / p99 | TPOT p50 / p99 | ITL p99 / max | TTFT p99 "
+            "| longest stall | load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in b["rounds"]:
         stall = max((s["length_s"] for s in r["stalls"]), default=None)
         out.append(f"| {r['round']} | {r['ok']} | {r['failed']} | {r['ended']} | {_sec(r['e2el_p50_s'])} / "
                    f"{_sec(r['e2el_p99_s'])} | {_msec(r['tpot_p50_s'])} / {_msec(r['tpot_p99_s'])} | "
-                   f"{_msec(r['itl_p99_s'])} | {_sec(r['ttft_p99_s'])} | {_sec(stall)} | "
+                   f"{_msec(r['itl_p99_s'])} / {_msec(r.get('itl_max_s'))} | {_sec(r['ttft_p99_s'])} | {_sec(stall)} | "
                    f"{r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f} |")
     errors = [f"{r['round']}: {r['first_error']}" for r in b["rounds"] if r["first_error"]]
     errors += [f"{r['round']}: at {f['t']:.1f} s {f['what']}" for r in b["rounds"] for f in r["failures"]]
@@ -209,20 +218,20 @@ def _faults_md(b: dict, backend: str) -> list[str]:
 
 
 def _cross_backend_md(a: dict) -> list[str]:
-    o = a["outputs"]
-    if not o:
-        return []
-    out = ["### r2cc against vLLM's default backend", ""]
-    c = o.get("r2cc_vs_default_fault_free")
-    if c:
-        out.append("- fault-free outputs, request by request: " +
-                   ("identical" if not c["differ"] else f"{c['differ']} of {c['compared']} differ"))
-    s = o.get("r2cc_vs_default_serial")
-    if s:
-        out.append("- one request at a time (no batching): " +
-                   ("identical" + (": the differences above come from batching" if c and c["differ"] else "")
-                    if not s["differ"] else f"{s['differ']} of {s['compared']} differ"))
-    return out + [""]
+    out = []
+    for other, o in a["outputs"].items():
+        out += [f"### r2cc against {other}", ""]
+        c = o.get("fault_free")
+        if c:
+            out.append("- fault-free outputs, request by request: " +
+                       ("identical" if not c["differ"] else f"{c['differ']} of {c['compared']} differ"))
+        s = o.get("serial")
+        if s:
+            out.append("- one request at a time (no batching): " +
+                       ("identical" + (": the differences above come from batching" if c and c["differ"] else "")
+                        if not s["differ"] else f"{s['differ']} of {s['compared']} differ"))
+        out.append("")
+    return out
 
 
 def _ci_undecided(o: dict | None) -> str:

@@ -2,7 +2,7 @@
 
     name: rail-down-restore
     description: one rail of host 0 down for 10 s under steady load, then back
-    deployment: {shape: two-nodes, backends: [r2cc, default], vllm_args: []}
+    deployment: {shape: two-nodes, backends: [r2cc, default, default-mptcp], vllm_args: []}
     lab: {hosts: 2, rails: 4, rate: 1gbit}
     load: {dataset: random, input_len: 64, output_len: 32, request_rate: 70%, duration_s: 40, seed: 0}
     method: {pairs: 3}
@@ -28,9 +28,11 @@ import yaml
 from r2cc_serve.errors import UserError
 from r2cc_serve.faults import FaultSchedule, labelled
 from r2cc_serve.lab.layout import check_rate
+from r2cc_serve.serving import vllm_env
 
 SHAPES = ("two-nodes", "single")
-BACKENDS = ("r2cc", "default")
+BACKENDS = vllm_env.BACKENDS  # r2cc, and vLLM's default backend in its three wirings
+DEFAULT_BACKENDS = ("r2cc", "default", "default-mptcp")
 METRICS = ("ttft", "tpot", "itl", "e2el")
 PERCENTILES = (50, 90, 99)
 _TARGET_KEY = re.compile(r"^(ttft|tpot|itl|e2el)_p(50|90|99)$")
@@ -133,10 +135,13 @@ def parse_scenario(doc, path: str = "scenario.yaml", quick: bool = False, overri
     shape = dep.get("shape", "two-nodes")
     if shape not in SHAPES:
         raise UserError(f"deployment.shape {shape!r}: use one of {', '.join(SHAPES)}")
-    backends = tuple(_str_list(dep.get("backends", ["r2cc", "default"]), "deployment.backends"))
+    backends = tuple(_str_list(dep.get("backends", list(DEFAULT_BACKENDS)), "deployment.backends"))
     bad = [b for b in backends if b not in BACKENDS]
     if not backends or bad or len(set(backends)) != len(backends):
         raise UserError(f"deployment.backends {list(backends)}: list each of {', '.join(BACKENDS)} at most once")
+    for b in backends:
+        with labelled("deployment.backends"):
+            vllm_env.check_backend(b, "single" if shape == "single" else None)
     hosts, rails = _int(lab.get("hosts", 2), "lab.hosts", 2), _int(lab.get("rails", 4), "lab.rails", 1)
     if hosts != 2:
         raise UserError(f"lab.hosts {hosts}: the deployments run TP=2 on lab hosts 0 and 1, so use 2")

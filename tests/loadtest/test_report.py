@@ -39,7 +39,8 @@ def test_analysis_of_a_run_where_the_baseline_breaks():
     assert [r["step"] for r in rows if r["step"].startswith("flap")] == ["flap 1/3 down h0 rail2", "flap 3/3 up h0 rail2"]
     stalls = [s for r in default["rounds"] for s in r["stalls"]]
     assert stalls and stalls[0]["from_s"] == 1.5 and stalls[0]["length_s"] == pytest.approx(6.5)
-    assert a["outputs"]["r2cc_vs_default_fault_free"]["differ"] == 0
+    assert a["outputs"]["default"]["fault_free"]["differ"] == 0
+    assert all(r["itl_max_s"] >= r["itl_p99_s"] > 0 for r in r2cc["rounds"]), r2cc["rounds"]
 
 
 def test_fault_windows_use_the_actual_times():
@@ -52,7 +53,7 @@ def test_fault_windows_use_the_actual_times():
 def test_report_renders_markdown_json_and_figures(tmp_path):
     out = _saved(tmp_path, fakes.result())
     md = open(write_report(out)).read()
-    for text in ("## Summary", "## fake", "### r2cc", "### default", "| fake | r2cc | 120 / 0 | none | identical |",
+    for text in ("## Summary", "## fake", "longest token gap, faulted / fault-free", "### r2cc", "### default", "| fake | r2cc | 120 / 0 | none | identical |",
                  "faulted rounds vs their fault-free rounds: identical", "lag (applied - scheduled)", "detected after 100 ms",
                  "bytes on it again after 500 ms", "![tokens.png](fake/tokens.png)", "outputs, request by request: identical",
                  "one request at a time (no batching): identical"):

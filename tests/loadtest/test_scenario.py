@@ -28,10 +28,23 @@ def test_the_eight_shipped_scenarios_parse_plain_and_quick():
 
 def test_the_headline_scenario_is_the_issues():
     s = load_scenario(os.path.join(scenario_dir(), "rail-down-restore.yaml"))
-    assert s.backends == ("r2cc", "default") and s.shape == "two-nodes"
+    assert s.backends == ("r2cc", "default", "default-mptcp") and s.shape == "two-nodes"
     assert s.load.saturation_fraction == 0.7 and s.targets == {"tpot_p99": 0.03, "e2el_p99": 0.05}
     down, up = s.schedule.entries
     assert (down.kind, up.kind, up.after_s - down.after_s) == ("down", "up", 10.0)
+    assert down.rail == 0, "rail 0: the one rail every backend uses (gloo's only one, MPTCP's first subflow)"
+
+
+def test_every_shipped_comparison_runs_the_mptcp_baseline():
+    for sc in list_scenarios():
+        if sc.backends != ("r2cc",):
+            assert "default-mptcp" in sc.backends and "default" in sc.backends, sc.name
+
+
+def test_mptcp_and_rails_baselines_need_two_nodes():
+    with pytest.raises(UserError, match="two-nodes shape"):
+        parse_scenario({**BASE, "deployment": {"shape": "single", "backends": ["r2cc", "default-mptcp"]}})
+    assert parse_scenario({**BASE, "deployment": {"backends": ["default-rails"]}}).backends == ("default-rails",)
 
 
 def test_defaults_and_requests_from_a_rate():
