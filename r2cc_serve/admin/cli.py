@@ -128,20 +128,21 @@ def _rails(args) -> int:
         client.close()
 
 
-def register(sub) -> None:
+def register(sub):
+    """Add `r2cc admin` and `r2cc rails`; returns the subparsers of `r2cc admin`'s tools."""
     p = sub.add_parser("admin", help="serve the admin REST API for the r2cc groups on this host")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--status-dir", help="R2CC_STATUS_DIR of the group (default: this process's)")
     p.set_defaults(func=_serve)
+    # Tools under `r2cc admin` that are not part of the API (probe-latency, from the test bed)
+    # are added by the top-level CLI: the runtime does not import the test bed.
     tools = p.add_subparsers(dest="admin_command", metavar="TOOL", required=False,
                              title="tools (without one, `r2cc admin` serves the API)")
-    from r2cc_serve.admin import probe
-
-    probe.register(tools)
     p = sub.add_parser("rails", help="show every rail of every host (a client of the admin API)")
     p.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
                    help="admin API base URL (vLLM: its own server, e.g. http://127.0.0.1:8000)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     p.set_defaults(func=_rails)
+    return tools

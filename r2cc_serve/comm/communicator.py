@@ -153,7 +153,7 @@ class Communicator:
 
     def start_control(self) -> None:
         """Starts (or restarts) this rank's rail monitor (events, status file) and control agent."""
-        from r2cc_serve.health.agent import ControlAgent
+        from r2cc_serve.control.agent import ControlAgent
         from r2cc_serve.health.monitor import RailMonitor
 
         self.stop_control()

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import os
 
+from r2cc_serve.util.procfs import read_stat
+
 
 def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Field 22 (starttime); the command name (field 2) may hold spaces, so split after its ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[19])
+    st = read_stat(pid)
+    return None if st is None else st.start_ticks
 
 
 def process_identity() -> dict:

@@ -17,7 +17,7 @@ import time
 from r2cc_serve.health import loglines
 from r2cc_serve.health.liveness import process_identity
 from r2cc_serve import envs
-from r2cc_serve.priority import raise_thread_priority
+from r2cc_serve.util.priority import raise_thread_priority
 
 log = logging.getLogger("r2cc_serve.health")
 

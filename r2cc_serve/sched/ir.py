@@ -25,7 +25,7 @@ Executor contract (what a C++ runner must do, and all it needs to know):
 - ``in`` and ``out`` must not alias: an in-place caller copies its input first.
 - The plan is data: ``Program.encode()`` gives a flat little-endian form (see there).
 
-``validate(plan)`` checks a plan statically, and by symbolic execution that it computes the
+``validate.validate(plan)`` checks a plan statically, and by symbolic execution that it computes the
 all-reduce with every element folded in rank order (see ``r2cc_serve.sched.validate``).
 """
 
@@ -256,24 +256,6 @@ class Plan:
         """JSON-able description (for the admin API and `r2cc sim --json`)."""
         return {"op": self.op, "schedule": self.schedule, "p": self.p, "count": self.count,
                 "elem_bytes": self.elem_bytes, "canonical": self.canonical, **self.info}
-
-
-def validate(plan: Plan, canonical: bool | None = None) -> None:
-    """Raise PlanError unless the plan is well formed and computes the all-reduce.
-
-    Checks: deps point to earlier steps; regions are in bounds and ``in`` is never written;
-    every send has a matching recv of equal length (by order per pair); no step races another
-    on a region (conflicting accesses are ordered by deps); no deadlock; and, by symbolic
-    execution, every output element is the reduction of every rank's input element exactly
-    once. With ``canonical`` (default: ``p <= 16``) each output element must come from one
-    reduce over the raw inputs of ranks 0..p-1 in rank order: the determinism guarantee, every
-    canonical schedule gives the same bits. Beyond 16 ranks schedules may use partial sums
-    (e.g. the ring), so only "each rank exactly once" is required unless asked.
-    Pure Python over every step of every rank: meant for tests and plans up to a few dozen ranks.
-    """
-    from r2cc_serve.sched.validate import validate_plan
-
-    validate_plan(plan, plan.p <= 16 if canonical is None else canonical)
 
 
 class PlanError(ValueError):

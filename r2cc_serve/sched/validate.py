@@ -1,4 +1,4 @@
-"""Static and symbolic checks of a plan (see ``ir.validate`` for what is promised).
+"""Static and symbolic checks of a plan (see ``validate`` for what is promised).
 
 Symbolic execution tracks, for every element of every buffer of every rank, which input element
 it holds and how it was made: ``Value(shift, ranks, clean)`` means "the element at buffer offset x
@@ -60,6 +60,22 @@ class IntervalMap:
         j = self._split(b) if b < self.size else len(self.starts)
         self.starts[i:j] = [s for s, _, _ in pieces]
         self.vals[i:j] = [v for _, _, v in pieces]
+
+
+def validate(plan: Plan, canonical: bool | None = None) -> None:
+    """Raise PlanError unless the plan is well formed and computes the all-reduce.
+
+    Checks: deps point to earlier steps; regions are in bounds and ``in`` is never written;
+    every send has a matching recv of equal length (by order per pair); no step races another
+    on a region (conflicting accesses are ordered by deps); no deadlock; and, by symbolic
+    execution, every output element is the reduction of every rank's input element exactly
+    once. With ``canonical`` (default: ``p <= 16``) each output element must come from one
+    reduce over the raw inputs of ranks 0..p-1 in rank order: the determinism guarantee, every
+    canonical schedule gives the same bits. Beyond 16 ranks schedules may use partial sums
+    (e.g. the ring), so only "each rank exactly once" is required unless asked.
+    Pure Python over every step of every rank: meant for tests and plans up to a few dozen ranks.
+    """
+    validate_plan(plan, plan.p <= 16 if canonical is None else canonical)
 
 
 def validate_plan(plan: Plan, canonical: bool) -> None:

@@ -50,7 +50,7 @@ def test_inside_vllm_an_unreadable_token_file_disables_mutations_with_the_reason
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from r2cc_serve.admin.vllm_endpoint import R2CCAdminEndpoint
+    from r2cc_serve.vllm.endpoint import R2CCAdminEndpoint
 
     monkeypatch.delenv("R2CC_ADMIN_TOKEN", raising=False)
     monkeypatch.setenv("R2CC_ADMIN_TOKEN_FILE", str(tmp_path / "missing"))

@@ -30,6 +30,14 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range after 200 tries")
 
 
+def store_barrier(store, name: str, rank: int, world: int) -> None:
+    """Every rank reaches `name` before any goes on (the store's get blocks until the key is
+    set, under the store's own timeout). Each name is used once per run."""
+    store.set(f"{name}/{rank}", "1")
+    for r in range(world):
+        store.get(f"{name}/{r}")
+
+
 def _child(fn, rank, world, port, args, q):
     from torch.distributed import TCPStore
 

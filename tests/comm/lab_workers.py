@@ -12,10 +12,11 @@ import time
 import torch
 
 from tests.comm.workers import bits_equal, make_input, mid_size_chunk_writers, open_comm, reference_reduce
+from tests.comm.harness import store_barrier
 
 
 def _lab():
-    from r2cc_serve.lab import Lab
+    from r2cc_serve.testbed.lab import Lab
 
     return Lab.load()
 
@@ -25,11 +26,6 @@ def lab_comm(rank, world, store, **opts):
     rails = [lab.rail_ifname(k) for k in range(lab.rails)]
     return lab, open_comm(rank, world, store, rails=rails, netns=lab.host_ns(rank), group="lab", **opts)
 
-
-def _barrier(store, name, rank, world):
-    store.set(f"{name}/{rank}", "1")
-    for r in range(world):
-        store.get(f"{name}/{r}")
 
 
 def _totals(comm):
@@ -51,8 +47,9 @@ def _warmed_up_inputs(comm, rank, world, n):
 def _in_process_fault(lab, host, rail, kind):
     """apply() for a link-down or blackhole of host's end of rail, done in this process (an
     `ip`/`nft` process start can take longer than the whole collective on a busy box), and close()."""
-    from r2cc_serve.lab.layout import Layout
-    from r2cc_serve.loadtest.linkops import LinkSwitch, NftInNamespaces, blackhole_script
+    from r2cc_serve.testbed.lab.layout import Layout
+    from r2cc_serve.testbed.lab.nft_rules import blackhole_script
+    from r2cc_serve.testbed.loadtest.linkops import LinkSwitch, NftInNamespaces
 
     layout = Layout(lab.prefix, lab.hosts, lab.rails)
     ns, dev = layout.link_ends(host, rail)[0]
@@ -84,7 +81,7 @@ def fault_mid_collective(rank, world, store, kind, n, at_s):
         inputs, want = _warmed_up_inputs(comm, rank, world, n)
         apply, close_fault = _in_process_fault(lab, 0, 1, kind) if rank == 0 else (None, None)
         call_done, fault = threading.Event(), {}
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         timer = threading.Thread(target=_fault_while_in_flight, args=(comm, apply, at_s, call_done, fault)) \
             if rank == 0 else None
         if timer:
@@ -97,21 +94,21 @@ def fault_mid_collective(rank, world, store, kind, n, at_s):
             timer.join()
             close_fault()
         during = _totals(comm)
-        _barrier(store, "measured", rank, world)
+        store_barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")
         # Re-admission: the rail comes back up (probing needs no traffic) and carries bytes again.
         deadline = time.time() + 15
         while time.time() < deadline and any(s != "up" for s in _totals(comm)["states"].values()):
             time.sleep(0.05)
-        _barrier(store, "readmitted", rank, world)
+        store_barrier(store, "readmitted", rank, world)
         before = _totals(comm)["sent_by_rail"][1]
         after = comm.all_reduce(inputs[rank].clone())
         return {"exact": bits_equal(got, want), "exact_after": bits_equal(after, want), "took": took,
                 "during": during, "final_states": _totals(comm)["states"], **fault,
                 "rail1_bytes_after": _totals(comm)["sent_by_rail"][1] - before}
     finally:
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         comm.close()
 
 
@@ -122,7 +119,7 @@ def flap_during_many(rank, world, store, count, period_ms, flaps):
         sizes = [1024, 65536, 300000]
         inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
         wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         flapper = lab.fault(0, 1, "flap", (period_ms, flaps), background=True) if rank == 0 else None
         bad = 0
         for i in range(count):
@@ -133,7 +130,7 @@ def flap_during_many(rank, world, store, count, period_ms, flaps):
             flapper.join(timeout=30)
         return {"bad": bad, **_totals(comm)}
     finally:
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         comm.close()
 
 
@@ -142,22 +139,22 @@ def degrade_shifts_load(rank, world, store, rate):
     lab, comm = lab_comm(rank, world, store)
     try:
         inputs, want = _warmed_up_inputs(comm, rank, world, 4 << 20)
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         if rank == 0:
             lab.fault(0, 1, "degrade", rate)
-        _barrier(store, "degraded", rank, world)
+        store_barrier(store, "degraded", rank, world)
         before = _totals(comm)["sent_by_rail"]
         exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(4))
         after = _totals(comm)["sent_by_rail"]
         share = [a - b for a, b in zip(after, before)]
         bw = {s["rail"]: s["bandwidth_Bps"] for s in comm.rail_stats()}
         chunk = comm.peer_stats()[0]["chunk_bytes"]
-        _barrier(store, "measured", rank, world)
+        store_barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")
         return {"exact": exact, "share": share, "bw": bw, "chunk": chunk}
     finally:
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         comm.close()
 
 
@@ -170,13 +167,13 @@ def slow_rail_quiet_bar(rank, world, store, rate):
     try:
         inputs, want = _warmed_up_inputs(comm, rank, world, 1 << 20)
         idle_bars = {s["rail"]: s["suspect_after_s"] for s in comm.rail_stats()}
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         if rank == 0:
             lab.fault(0, 1, "degrade", rate)
-        _barrier(store, "degraded", rank, world)
+        store_barrier(store, "degraded", rank, world)
         for _ in range(4):  # the onset: queues fill, round trips are learnt
             comm.all_reduce(inputs[rank].clone())
-        _barrier(store, "settled", rank, world)
+        store_barrier(store, "settled", rank, world)
         onset_failovers = _totals(comm)["failovers"]
         bars, stop = {k: [] for k in range(comm.num_rails)}, threading.Event()
 
@@ -192,13 +189,13 @@ def slow_rail_quiet_bar(rank, world, store, rate):
         stop.set()
         sampler.join(5)
         totals = _totals(comm)
-        _barrier(store, "measured", rank, world)
+        store_barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")
         return {"exact": exact, "idle_bars": idle_bars, "max_bar": {k: max(v) for k, v in bars.items()},
                 "failovers": totals["failovers"] - onset_failovers, "onset_failovers": onset_failovers}
     finally:
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         comm.close()
 
 
@@ -210,7 +207,7 @@ def all_rails_down(rank, world, store):
     try:
         x = make_input(rank, 1 << 16, torch.float32)
         comm.all_reduce(x.clone())
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         if rank == 0:
             for k in range(lab.rails):
                 lab.fault(0, k, "down")
@@ -250,7 +247,7 @@ def stranger_on_rail(rank, world, store):
         ok = all(bits_equal(comm.all_reduce(x.clone()), want) for _ in range(5))
         return {"ok": ok, **comm.counters()}
     finally:
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         comm.close()
 
 
@@ -264,7 +261,7 @@ def small_messages_through_blackhole(rank, world, store, hedge_bytes, count, fau
     try:
         inputs, want = _warmed_up_inputs(comm, rank, world, 1024)
         apply, close_fault = _in_process_fault(lab, 0, 1, "blackhole") if rank == 0 else (None, None)
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         exact, longest = True, 0.0
         for i in range(count):
             if i == fault_at and apply:
@@ -274,14 +271,14 @@ def small_messages_through_blackhole(rank, world, store, hedge_bytes, count, fau
             if i >= fault_at:
                 longest = max(longest, time.perf_counter() - t0)
         counters = comm.counters()
-        _barrier(store, "measured", rank, world)
+        store_barrier(store, "measured", rank, world)
         if close_fault:
             close_fault()
             lab.fault(0, 1, "clear")
         return {"exact": exact, "longest_s": longest, "hedges": counters["hedges"],
                 "failovers": counters["failovers"]}
     finally:
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         comm.close()
 
 

@@ -10,12 +10,8 @@ import time
 import torch
 
 from tests.comm.workers import bits_equal, make_input, open_comm, reference_reduce
+from tests.comm.harness import store_barrier
 
-
-def _barrier(store, name, rank, world):
-    store.set(f"{name}/{rank}", "1")
-    for r in range(world):
-        store.get(f"{name}/{r}")
 
 
 def stopped_peer(rank, world, store, stop_s, opts):
@@ -29,7 +25,7 @@ def stopped_peer(rank, world, store, stop_s, opts):
         sizes = (1024, 1 << 18)
         inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
         wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         seen = {}
         if rank == 0:
             victim = int(store.get("pid/1"))
@@ -61,7 +57,7 @@ def stopped_peer(rank, world, store, stop_s, opts):
             done += 1
         if rank == 0:
             stopper.join()
-        _barrier(store, "end", rank, world)
+        store_barrier(store, "end", rank, world)
         stats = comm.rail_stats()
         peer = comm.peer_stats()
         return {"bad": bad, "done": done, "failovers": sum(s["failovers"] for s in stats),
@@ -80,7 +76,7 @@ def idle_outage_heals(rank, world, store, outage_s, opts):
         x = [make_input(r, 1 << 16, torch.float32) for r in range(world)]
         want = reference_reduce(x, "sum")
         ok = bits_equal(comm.all_reduce(x[rank].clone()), want)
-        _barrier(store, "idle", rank, world)
+        store_barrier(store, "idle", rank, world)
         if rank == 0:
             for rail in range(comm.num_rails):
                 comm.failover_rail(rail)
@@ -90,7 +86,7 @@ def idle_outage_heals(rank, world, store, outage_s, opts):
         if rank == 0:
             for rail in range(comm.num_rails):
                 comm.restore_rail(rail)
-        _barrier(store, "restored", rank, world)
+        store_barrier(store, "restored", rank, world)
         ok = all(bits_equal(comm.all_reduce(x[rank].clone()), want) for _ in range(20)) and ok
         return {"ok": ok, "had_path_during": no_path, "error_during": error_during, "error": comm.error()}
     finally:
@@ -117,7 +113,7 @@ def mismatched_call(rank, world, store, case, opts):
         comm.all_reduce(torch.ones(8))  # a good call first: numbering starts in step
         method, dtype, n, kw = MISMATCHES[case][rank]
         t = (torch.arange(n) + rank).to(dtype)
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         t0 = time.time()
         raised_by = None
         returned = None
@@ -147,7 +143,7 @@ def handoff_to_writer(rank, world, store, fail_carrier, opts):
         store.set(f"pid/{rank}", str(os.getpid()))
         want = make_input(0, n, torch.float32)
         comm.all_reduce(torch.ones(4))
-        _barrier(store, "go", rank, world)
+        store_barrier(store, "go", rank, world)
         seen = {}
         if rank == 1:
             got = comm.recv(torch.empty(n), 0)

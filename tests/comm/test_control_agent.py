@@ -5,7 +5,7 @@ import os
 
 from r2cc_serve import envs
 from tests.comm import workers
-from tests.comm.harness import run_ranks
+from tests.comm.harness import run_ranks, store_barrier
 
 
 def agent_roundtrip(rank, world, store, status_dir):
@@ -47,9 +47,7 @@ def agent_roundtrip(rank, world, store, status_dir):
             out["keepalive_median_s"] = sorted(lat)[10]
             out["control_nice"] = [os.getpriority(os.PRIO_PROCESS, t.native_id)
                                    for t in (comm.agent._thread, comm.monitor._thread)]
-        store.set(f"checked/{rank}", "1")
-        for r in range(world):
-            store.get(f"checked/{r}")
+        store_barrier(store, "checked", rank, world)
         return out
     finally:
         comm.close()

@@ -10,17 +10,15 @@ from r2cc_serve import envs
 from tests.comm import lab_workers
 from tests.comm.harness import run_ranks
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.requires("root", "ip", "tc", "nft")]
 PREFIX, STATE = "r2cct", "/run/r2cc-lab/test-comm-state.json"
 
 
 @pytest.fixture(scope="module")
 def lab():
-    if os.geteuid() != 0:
-        pytest.skip("the fault lab needs root (network namespaces)")
     old = {k: os.environ.get(k) for k in ("R2CC_LAB_PREFIX", "R2CC_LAB_STATE")}
     os.environ.update(R2CC_LAB_PREFIX=PREFIX, R2CC_LAB_STATE=STATE)  # spawned ranks inherit it
-    from r2cc_serve.lab import Lab
+    from r2cc_serve.testbed.lab import Lab
 
     lab = Lab.up(hosts=2, rails=4, rate="1gbit")
     yield lab

@@ -7,6 +7,7 @@ import threading
 import time
 
 import torch
+from tests.comm.harness import store_barrier
 
 LOOPBACK_RAILS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
@@ -144,9 +145,7 @@ def drain_moves_traffic(rank, world, store, opts):
         if rank == 0:
             comm.drain_rail(0)
         comm.all_reduce(x.clone())  # the drain frame reaches the peers at the latest with this traffic
-        store.set(f"drained/{rank}", "1")
-        for r in range(world):
-            store.get(f"drained/{r}")
+        store_barrier(store, "drained", rank, world)
         before = sent_on(0)
         states = [s["state"] for s in comm.rail_stats() if s["rail"] == 0]
         for _ in range(5):
@@ -155,9 +154,7 @@ def drain_moves_traffic(rank, world, store, opts):
         if rank == 0:
             comm.undrain_rail(0)
         comm.all_reduce(x.clone())
-        store.set(f"undrained/{rank}", "1")
-        for r in range(world):
-            store.get(f"undrained/{r}")
+        store_barrier(store, "undrained", rank, world)
         before = sent_on(0)
         for _ in range(20):  # on loopback rails race for chunks: give rail 0 many chances
             comm.all_reduce(x.clone())
@@ -206,9 +203,7 @@ def all_rails_down(rank, world, store, opts):
     try:
         x = make_input(rank, 1 << 16, torch.float32)
         comm.all_reduce(x.clone())
-        store.set(f"ready/{rank}", "1")
-        for r in range(world):
-            store.get(f"ready/{r}")
+        store_barrier(store, "ready", rank, world)
         t0 = time.time()
         if rank == 0:
             for rail in range(comm.num_rails):

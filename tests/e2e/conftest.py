@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from r2cc_serve.serving.load import LoadSpec
+from r2cc_serve.testbed.serving.load import LoadSpec
 from tests.comm.harness import free_port
 
 PREFIX = os.environ.get("R2CC_E2E_LAB_PREFIX", "r2cce")
@@ -45,7 +45,7 @@ def _why_skip() -> str | None:
     if shutil.which("vllm") is None:
         return "vLLM is not installed (no `vllm` on PATH); run scripts/install_vllm.sh"
     try:
-        from r2cc_serve import vllm_compat
+        from r2cc_serve.vllm import compat as vllm_compat
 
         vllm_compat.check_vllm_version()
     except Exception as exc:  # noqa: BLE001 - any reason means: cannot serve
@@ -106,7 +106,7 @@ def session():
 
 @pytest.fixture(scope="session")
 def lab(session):
-    from r2cc_serve.serving.labctx import lab_session
+    from r2cc_serve.testbed.lab.session import lab_session
 
     cm = lab_session(hosts=2, rails=4, rate="1gbit", prefix=PREFIX, state=STATE, wait_s=600)
     session.lab = cm.__enter__()
@@ -125,8 +125,8 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference(lab, model_dir, session):
     """Fault-free greedy outputs of vLLM's default backend (single instance, TP=2)."""
-    from r2cc_serve.serving.deploy import single_instance
-    from r2cc_serve.serving.load import run_load
+    from r2cc_serve.testbed.serving.deploy import single_instance
+    from r2cc_serve.testbed.serving.load import run_load
 
     with single_instance(lab, model_dir, backend="default", port=free_port(), extra_args=SERVE_ARGS) as dep:
         session.deployments.append(dep)
@@ -138,8 +138,8 @@ def reference(lab, model_dir, session):
 def assert_serves_reference_tokens_over_every_rail(dep, reference) -> None:
     """A load on `dep` gives the reference's tokens with no failed request, and every data rail
     carried bytes meanwhile (the tokens really went through r2cc, striped)."""
-    from r2cc_serve.serving import evidence
-    from r2cc_serve.serving.load import compare, run_load
+    from r2cc_serve.testbed.serving import evidence
+    from r2cc_serve.testbed.serving.load import compare, run_load
 
     before = evidence.rail_totals(evidence.read_status(dep.status_dir))
     run = run_load(dep.url, dep.model, LOAD)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.serving.deploy import single_instance
-from r2cc_serve.serving.faults import FaultSpec
-from r2cc_serve.serving.scenario import run_with_fault
+from r2cc_serve.testbed.serving.deploy import single_instance
+from r2cc_serve.testbed.serving.fault_hold import FaultSpec
+from r2cc_serve.testbed.serving.fault_run import run_with_fault
 from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS, assert_serves_reference_tokens_over_every_rail
 

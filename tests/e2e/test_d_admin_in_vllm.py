@@ -29,9 +29,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from r2cc_serve import envs
-from r2cc_serve.admin import probe
-from r2cc_serve.serving.deploy import single_instance, two_nodes
-from r2cc_serve.serving.load import compare, run_load
+from r2cc_serve.testbed.serving import admin_latency as probe
+from r2cc_serve.testbed.serving.deploy import single_instance, two_nodes
+from r2cc_serve.testbed.serving.load import compare, run_load
 from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 

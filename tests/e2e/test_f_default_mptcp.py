@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.lab import mptcp
-from r2cc_serve.serving.deploy import two_nodes
-from r2cc_serve.serving.faults import FaultSpec
-from r2cc_serve.serving.load import compare, run_load
-from r2cc_serve.serving.scenario import run_with_fault
+from r2cc_serve.testbed.lab import mptcp
+from r2cc_serve.testbed.serving.deploy import two_nodes
+from r2cc_serve.testbed.serving.fault_hold import FaultSpec
+from r2cc_serve.testbed.serving.load import compare, run_load
+from r2cc_serve.testbed.serving.fault_run import run_with_fault
 from tests.comm.harness import free_port
+from tests.conftest import require
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 
 
 def _rail_tx(lab) -> list[int]:
-    from r2cc_serve.lab import netns
+    from r2cc_serve.testbed.lab import netns
 
     links = {link["ifname"]: link for link in netns.ip_json(lab.host_ns(0), "-s", "link", "show")}
     return [int(links[lab.rail_ifname(k)]["stats64"]["tx"]["bytes"]) for k in range(lab.rails)]
@@ -28,12 +29,7 @@ def _rail_tx(lab) -> list[int]:
 
 @pytest.fixture(scope="module")
 def dep(lab, model_dir, session, reference):
-    if not lab.mptcp:
-        pytest.skip("this kernel has no MPTCP: the lab has no subflow endpoints")
-    try:
-        mptcp.preload_env()
-    except Exception as exc:  # noqa: BLE001 - any reason means the baseline cannot run here
-        pytest.skip(f"MPTCP baseline unavailable: {exc}")
+    require("mptcp")
     with two_nodes(lab, model_dir, backend="default-mptcp", port=free_port(), extra_args=SERVE_ARGS) as d:
         session.deployments.append(d)
         yield d

@@ -1,4 +1,4 @@
-"""Pure parts of r2cc_serve.serving, fast and without vLLM: SSE parsing, timing, comparison, log parsing."""
+"""Pure parts of r2cc_serve.testbed.serving, fast and without vLLM: SSE parsing, timing, comparison, log parsing."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from r2cc_serve.serving import evidence
-from r2cc_serve.serving.load import LoadSpec, compare, percentile, run_load
+from r2cc_serve.testbed.serving import evidence
+from r2cc_serve.testbed.serving.load import LoadSpec, compare, percentile, run_load
 
 NEEDS = "nothing"
 
@@ -74,8 +74,8 @@ def test_duration_mode_cycles_prompts_and_compare_matches_by_prompt(fake_url):
 def test_one_percentile_interpolates_like_numpy_and_vllm():
     import numpy as np
 
-    from r2cc_serve.loadtest import stats
-    from r2cc_serve.admin import probe
+    from r2cc_serve.testbed.loadtest import intervals as stats
+    from r2cc_serve.testbed.serving import admin_latency as probe
 
     assert percentile is stats.percentile  # one helper for the serving tools and the load tests
     assert percentile([], 50) is None and percentile([None], 99) is None
@@ -111,7 +111,7 @@ def test_status_events_become_transitions():
 
 
 def test_prefill_bench_reads_the_planned_schedule_and_renders():
-    from r2cc_serve.serving import bench_prefill
+    from r2cc_serve.testbed.serving import serve_prefill as bench_prefill
 
     status = {"g-rank0.json": {"plan": {"schedule": "auto", "choices": [
         {"size_bucket_bytes": 1 << 20, "schedule": "direct", "chunks": 1},
@@ -133,7 +133,7 @@ def test_prefill_bench_reads_the_planned_schedule_and_renders():
 
 def test_prefill_bench_refuses_bad_input_with_one_line():
     from r2cc_serve.errors import UserError
-    from r2cc_serve.serving import bench_prefill
+    from r2cc_serve.testbed.serving import serve_prefill as bench_prefill
 
     with pytest.raises(UserError, match="outside"):
         bench_prefill.parse_holds(["h7:0:down"], 4, 4)

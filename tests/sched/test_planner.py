@@ -7,7 +7,7 @@ import pytest
 from r2cc_serve.errors import UserError
 from r2cc_serve.sched import cost
 from r2cc_serve.sched.bandwidth import Bandwidth
-from r2cc_serve.sched.ir import validate
+from r2cc_serve.sched.validate import validate
 from r2cc_serve.sched.planner import Planner, bandwidth_from_rails, size_bucket
 
 GBPS = 1.25e9

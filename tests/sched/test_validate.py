@@ -7,7 +7,8 @@ import pytest
 
 from r2cc_serve.sched import builders
 from r2cc_serve.sched.bandwidth import Bandwidth
-from r2cc_serve.sched.ir import IN, OUT, RECV, REDUCE, SCRATCH, SEND, Plan, PlanError, ProgramBuilder, validate
+from r2cc_serve.sched.ir import IN, OUT, RECV, REDUCE, SCRATCH, SEND, Plan, PlanError, ProgramBuilder
+from r2cc_serve.sched.validate import validate
 
 CANONICAL = [s for s in builders.SCHEDULES if s != "ring"]
 TABLES = {

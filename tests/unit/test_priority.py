@@ -9,7 +9,7 @@ import pytest
 
 CHILD = r"""
 import json, os, threading, time
-from r2cc_serve.priority import raise_process_priority
+from r2cc_serve.util.priority import raise_process_priority
 stop = threading.Event()
 before = threading.Thread(target=stop.wait); before.start()   # exists when the priority is raised
 done = raise_process_priority(int(os.environ["NICE"]))
@@ -26,7 +26,7 @@ def _child(nice: int) -> dict:
     return json.loads(out.stdout)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority needs root")
+@pytest.mark.requires("root")  # raising a priority needs root
 def test_every_thread_old_and_new_gets_the_priority():
     got = _child(-7)
     assert got["threads"] >= 3 and got["nices"] == [-7], got
@@ -40,7 +40,7 @@ def test_zero_leaves_the_priority_alone():
 
 THREAD_CHILD = r"""
 import json, os, threading
-from r2cc_serve.priority import raise_thread_priority
+from r2cc_serve.util.priority import raise_thread_priority
 stop = threading.Event()
 bystander = threading.Thread(target=stop.wait); bystander.start()
 out = {}
@@ -57,7 +57,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority needs root")
+@pytest.mark.requires("root")  # raising a priority needs root
 def test_a_control_thread_and_what_it_starts_get_the_priority_and_nothing_else():
     out = subprocess.run([sys.executable, "-c", THREAD_CHILD], env=dict(os.environ, NICE="-6"),
                          capture_output=True, text=True, timeout=60, check=True)

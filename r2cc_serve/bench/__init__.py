@@ -1,8 +1,0 @@
-"""`r2cc bench`: r2cc vs torch gloo vs Open MPI over the same lab rails, fault-free and faulted.
-
-Modules: spec (parse sizes/backends/faults), data (deterministic inputs, rank-order references),
-backends (r2cc/gloo/mpi behind one interface), worker (one rank, run inside a lab host),
-launch (start/kill ranks: `ip netns exec`, or mpirun + a netns wrapper), faultctl (inject and
-clear lab faults on the workers' cue), report (p50/p90, busbw, ratios, table), run (the
-driver), cli (`register(subparsers)`).
-"""

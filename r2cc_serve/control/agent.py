@@ -1,0 +1,152 @@
+"""Control agent: a tiny HTTP endpoint inside each rank's process.
+
+The admin API (in vLLM's API server or `r2cc admin`) reads rail state from it and
+asks it to drain, undrain, fail over or restore a rail of this rank. Every request
+needs the agent's bearer token, which only reaches trusted readers (the 0600 status
+file on the host, or vLLM's own worker RPC).
+
+    GET  /state                          -> the monitor's last sample (at most one interval old)
+    GET  /state?fresh=1                  -> a sample taken now (the admin view asks after an action)
+    POST /rails/<rail>/<action>[?force=1] -> action in drain, undrain, failover, restore; the reply
+                                            carries the state sampled right after it. Without force,
+                                            drain and failover of a peer's last healthy rail answer
+                                            409 and change nothing (checked and done as one step)
+
+HTTP/1.1 with keep-alive: the admin view polls every rank a few times a second, and a new
+TCP connection per poll costs both sides more than the answer itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from r2cc_serve import envs
+from r2cc_serve.util.priority import raise_thread_priority
+
+log = logging.getLogger("r2cc_serve.health")
+
+ACTIONS = ("drain", "undrain", "failover", "restore")
+IDLE_TIMEOUT_S = 120.0
+_RAIL_ACTION = re.compile(r"^/rails/(\d+)/(%s)(\?force=(?:0|1))?$" % "|".join(ACTIONS))
+
+
+class ControlAgent:
+    def __init__(self, comm, monitor, host: str):
+        self.comm, self.monitor = comm, monitor
+        self.token = secrets.token_hex(16)
+        self.stopped = False
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive; every reply carries Content-Length
+            timeout = IDLE_TIMEOUT_S       # an idle kept-alive connection frees its thread
+            # Headers and body go out in two writes; with Nagle on, the body waited for the
+            # client's delayed ACK: every answer took 44 ms, idle or not.
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):  # keep worker logs clean
+                pass
+
+            def _drain_body(self) -> None:
+                """Read a request body nobody needs, so the next request on the connection parses."""
+                try:
+                    n = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    n = -1
+                if 0 < n <= 1 << 16:
+                    self.rfile.read(n)
+                elif n:  # absurd or unreadable: answer, then drop the connection
+                    self.close_connection = True
+
+            def _reply(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorized(self) -> bool:
+                got = self.headers.get("Authorization", "")
+                if hmac.compare_digest(got.encode(), f"Bearer {agent.token}".encode()):
+                    return True
+                self._reply(401, {"detail": "missing or wrong bearer token for this r2cc control agent"})
+                return False
+
+            def _refused(self) -> bool:
+                """After stop(), a kept-alive connection must not reach a closed communicator."""
+                if not agent.stopped:
+                    return False
+                self.close_connection = True
+                self._reply(503, {"detail": "this rank's r2cc group is closing"})
+                return True
+
+            def do_GET(self):
+                self._drain_body()
+                if self._refused() or not self._authorized():
+                    return
+                if self.path in ("/state", "/state?fresh=1"):
+                    self._reply(200, agent.state(fresh=self.path.endswith("fresh=1")))
+                else:
+                    self._reply(404, {"detail": f"no route {self.path}"})
+
+            def do_POST(self):
+                self._drain_body()
+                if self._refused() or not self._authorized():
+                    return
+                m = _RAIL_ACTION.match(self.path)
+                if not m:
+                    self._reply(404, {"detail": f"no route {self.path}"})
+                    return
+                code, body = agent.act(int(m.group(1)), m.group(2), force=m.group(3) != "?force=0")
+                self._reply(code, body)
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"{host}:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self._serve, name="r2cc-agent", daemon=True)
+
+    def _serve(self) -> None:
+        # Request threads are started by this one and inherit its priority.
+        done = raise_thread_priority(envs.get("R2CC_CONTROL_NICE"))
+        if done.startswith("not changed"):
+            log.warning("r2cc control agent priority: %s (R2CC_CONTROL_NICE)", done)
+        self.server.serve_forever()
+
+    def start(self) -> "ControlAgent":
+        self._thread.start()
+        return self
+
+    def state(self, fresh: bool = False) -> dict:
+        snap = dict(self.monitor.refresh_now() if fresh else self.monitor.snapshot())
+        snap.pop("agent_token", None)
+        return snap
+
+    def act(self, rail: int, action: str, force: bool = True) -> tuple[int, dict]:
+        from r2cc_serve.errors import LastRailError
+
+        if not 0 <= rail < self.comm.num_rails:
+            return 404, {"detail": f"no rail {rail}: this rank has rails 0..{self.comm.num_rails - 1}"}
+        try:
+            if action in ("drain", "failover"):
+                getattr(self.comm, f"{action}_rail")(rail, force=force)
+            else:
+                getattr(self.comm, f"{action}_rail")(rail)
+        except LastRailError as exc:
+            return 409, {"detail": str(exc)}
+        except Exception as exc:  # e.g. the group was aborted: say so instead of dropping the connection
+            return 500, {"detail": f"{action} of rail{rail} failed on rank {self.monitor.rank}: {exc}"}
+        state = self.state(fresh=True)  # the outcome, so the admin view needs no second round trip
+        log.warning("r2cc: operator %s of rail%d on %s rank %d", action, rail, self.monitor.group, self.monitor.rank)
+        return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True, "state": state}
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.server.shutdown()
+        self.server.server_close()

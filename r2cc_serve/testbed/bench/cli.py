@@ -1,0 +1,201 @@
+"""`r2cc bench`: r2cc vs gloo (one rail, a device per rail, MPTCP) vs Open MPI over the same
+lab rails, with optional faults.
+
+    r2cc bench --hosts 2 --rails 4 --rate 1gbit --op all_reduce --sizes 4K,1M,64M \\
+               --backend r2cc,gloo,gloo-mptcp,mpi --iters 5 --fault h0:1:down@30% --json out.json
+    r2cc bench --hosts 4 --rails 4 --rate 250mbit --sizes 64M --backend r2cc \\
+               --schedule builtin,direct,optcc,auto --hold-fault h3:2:down --hold-fault h3:3:down
+    r2cc bench --hosts 4 --rate 250mbit,500mbit,1gbit,unshaped --sizes 64M --backend r2cc,mpi
+    r2cc bench --sizes 4K,1M --backend r2cc,mpi --iters 300 --spin-us 0,100
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from r2cc_serve.testbed.bench import spec
+from r2cc_serve.errors import UserError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="benchmark r2cc, gloo and Open MPI collectives on the fault lab",
+        description="Brings up the lab, runs one rank per lab host for each backend over the same rail "
+                    "interfaces, prints p50/p90/busbw and writes JSON. Needs root.")
+    p.add_argument("--hosts", type=int, default=2, help="lab hosts = ranks (default 2)")
+    p.add_argument("--rails", type=int, default=4, help="rails per host (default 4)")
+    p.add_argument("--rate", help="shape every rail, e.g. 1gbit (default: unshaped); a comma list such as "
+                                  "250mbit,1gbit,unshaped runs the whole bench once per rate and ends with "
+                                  "bus bandwidth against rate for every backend")
+    p.add_argument("--spin-us", metavar="LIST",
+                   help="R2CC_SPIN_US for the r2cc ranks; a comma list such as 0,100 runs the whole bench once "
+                        "per value and ends with r2cc's latency, CPU and spins against it, the other "
+                        "backends' p50 from the same runs beside it (default: the environment's value)")
+    p.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth runs)")
+    p.add_argument("--op", default="all_reduce", choices=spec.OPS)
+    p.add_argument("--sizes", default="4K,1M,64M", help="message sizes, nccl-tests style (default 4K,1M,64M)")
+    p.add_argument("--backend", default="r2cc,gloo,gloo-mptcp,mpi",
+                   help=f"comma list of {','.join(spec.BACKENDS)} (default r2cc,gloo,gloo-mptcp,mpi). gloo: torch "
+                        "gloo on rail0 alone, as a user configures it; gloo-rails: a gloo device per rail; "
+                        "gloo-mptcp: gloo on rail0 under kernel MPTCP with a subflow on every rail (mptcpize); "
+                        "mpi: Open MPI's TCP transport striping over every rail; tcp-floor: a plain TCP ring "
+                        "all_reduce over the same rails, no failover: what moving and summing the bytes costs "
+                        "at all")
+    p.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                   help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|"
+                        "flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% into a fault-free op's time")
+    p.add_argument("--schedule", metavar="LIST",
+                   help="r2cc all_reduce schedules to measure side by side, comma list of "
+                        f"{','.join(spec.SCHEDULES)} (builtin: today's C++ path); each row gets T_LB, "
+                        "the simulator's prediction and its ratio to builtin/direct")
+    p.add_argument("--hold-fault", action="append", default=[], metavar="SPEC",
+                   help="r2cc only: a lab fault held for the whole launch (set once the group is up), "
+                        "h<HOST>:<RAIL>:down|blackhole|degrade:RATE; e.g. two of h3's four rails down "
+                        "make h3 a straggler at beta 0.5")
+    p.add_argument("--followups", type=int, default=None,
+                   help="ops run after the faulted one with the fault still active (default: one per rail)")
+    p.add_argument("--fault-reps", type=int, default=1,
+                   help="r2cc: faulted ops per fault and size, reported as their median (default 1)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for all iterations of one size")
+    p.add_argument("--fault-timeout", type=float, default=20.0,
+                   help="seconds one faulted op may take before it counts as not completed (default 20)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON here ('-' for stdout)")
+    p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
+    p.set_defaults(func=run)
+
+
+def parse_rates(text: str | None) -> list[str | None]:
+    """--rate as a list of tc rates, None meaning unshaped; UserError on a bad one."""
+    from r2cc_serve.util.rates import check_rate
+
+    if not text:
+        return [None]
+    rates = []
+    for item in (x.strip() for x in text.split(",")):
+        try:
+            rates.append(None if item.lower() in ("unshaped", "none") else check_rate(item))
+        except UserError as exc:
+            raise UserError(f"--rate: {exc} (or 'unshaped')") from None
+    if len(set(rates)) != len(rates):
+        raise UserError(f"--rate {text!r} names a rate twice")
+    return rates
+
+
+def parse_spins(text: str | None, backends: list[str]) -> list[int | None]:
+    if not text:
+        return [None]
+    spins = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item.isdigit():
+            raise UserError(f"--spin-us {text!r}: use a comma list of microseconds >= 0, e.g. 0,100")
+        spins.append(int(item))
+    if len(set(spins)) != len(spins):
+        raise UserError(f"--spin-us {text!r} names a value twice")
+    if "r2cc" not in backends:
+        raise UserError("--spin-us sets how r2cc's ranks wait: it needs backend r2cc")
+    return spins
+
+
+def options_from_args(args, rate: str | None = None):
+    from r2cc_serve.testbed.bench.run import BenchOptions
+    from r2cc_serve.testbed.lab.layout import check_counts
+
+    check_counts(args.hosts, args.rails, args.mtu)
+    if args.iters < 1 or args.warmup < 0:
+        raise UserError("--iters must be >= 1 and --warmup >= 0")
+    if args.timeout <= 0 or args.fault_timeout <= 0:
+        raise UserError("--timeout and --fault-timeout must be positive")
+    if args.followups is not None and args.followups < 0:
+        raise UserError("--followups must be >= 0")
+    if args.fault_reps < 1:
+        raise UserError("--fault-reps must be >= 1")
+    sizes = spec.parse_sizes(args.sizes)
+    backends = spec.parse_backends(args.backend)
+    holds = [spec.parse_hold(h, args.hosts, args.rails) for h in args.hold_fault]
+    if holds and backends != ["r2cc"]:
+        raise UserError("--hold-fault keeps rails broken for a whole launch: only r2cc survives that "
+                        "(use --backend r2cc)")
+    for s in sizes:
+        spec.check_op_size(args.op, s, args.hosts)
+    spec.check_floor(backends, args.op, args.fault)
+    return BenchOptions(
+        hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu,
+        op=args.op, sizes=sizes, backends=backends, iters=args.iters,
+        schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
+        warmup=args.warmup, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
+        timeout_s=args.timeout, fault_timeout_s=args.fault_timeout, followups=args.followups,
+        fault_reps=args.fault_reps,
+        keep_lab=args.keep_lab)
+
+
+def _check_backends(backends: list[str]) -> None:
+    if "mpi" in backends:
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            raise UserError("backend mpi needs mpi4py: pip install mpi4py "
+                            "(and apt-get install -y openmpi-bin libopenmpi-dev)") from None
+    if "gloo-mptcp" in backends:
+        from r2cc_serve.testbed.lab import mptcp
+
+        if not mptcp.supported():
+            raise UserError("backend gloo-mptcp needs a kernel with MPTCP (sysctl net.mptcp.enabled=1) and an "
+                            "iproute2 that knows `ip mptcp`")
+        mptcp.preload_env()  # mptcpize present, the gloo fix built: fail here, not in a rank
+    if "r2cc" in backends:
+        try:
+            from r2cc_serve import _C  # noqa: F401
+        except ImportError:
+            raise UserError("backend r2cc needs the C++ core: python setup.py build_ext --inplace") from None
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run(args) -> int:
+    import dataclasses
+    import os
+
+    from r2cc_serve.testbed.bench.results import rate_table, spin_table, table
+    from r2cc_serve.testbed.bench.run import Bench, say
+
+    rates = parse_rates(args.rate)
+    opts = options_from_args(args)  # bad input fails before anything is built
+    spins = parse_spins(args.spin_us, opts.backends)
+    if os.geteuid() != 0:
+        raise UserError("r2cc bench builds the network lab and needs root; run it with sudo or as root")
+    _check_backends(opts.backends)
+    # SIGTERM takes the same clean-up path as Ctrl-C (children killed, lab down).
+    signal.signal(signal.SIGTERM, _interrupt)
+    runs = [(rate, spin) for rate in rates for spin in spins]
+    reports = []
+    for i, (rate, spin) in enumerate(runs):
+        if len(runs) > 1:
+            say(f"run {i + 1} of {len(runs)}: rate {rate or 'unshaped'}" + ("" if spin is None else f", r2cc spin_us {spin}"))
+        last = i == len(runs) - 1
+        report = Bench(dataclasses.replace(opts, rate=rate, spin_us=spin, keep_lab=opts.keep_lab and last)).run()
+        print(table(report) + ("\n" if not last else ""), flush=True)
+        reports.append(report)
+    if len(rates) > 1:
+        for k in range(len(spins)):
+            print("\n" + rate_table(reports[k::len(spins)]))
+    if len(spins) > 1:
+        for k in range(len(rates)):
+            print("\n" + spin_table(reports[k * len(spins):(k + 1) * len(spins)]))
+    if args.json:
+        text = json.dumps(reports[0] if len(reports) == 1 else {"sweep": reports}, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    # Failure: a wrong fault-free result, or r2cc not surviving a fault bit-exactly (its promise).
+    # gloo/MPI failing under a fault is the expected, reported outcome.
+    ok = all(all(r["correct"] for r in report["results"]) and all(
+        f["completed"] and f["bit_exact"] for f in report["faults"] if f["backend"] == "r2cc")
+        for report in reports)
+    return 0 if ok else 1

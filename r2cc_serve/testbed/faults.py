@@ -1,0 +1,286 @@
+"""The one fault model: every kind of fault and admin action, its text forms, and schedules.
+
+Kinds, each acting on one host's end of one rail unless said otherwise:
+  down, up             the rail's link goes down / comes back (a dead NIC or cable)
+  blackhole            every packet on the rail is dropped, the link stays up (a dead switch port)
+  degrade RATE         the rail is shaped down to RATE, e.g. 100mbit
+  flap [PERIOD_MS COUNT]  link down/up COUNT times, PERIOD_MS per cycle (default 400 and 8)
+  clear                undo every lab fault on the rail
+  all-down             every data rail of the host down: only the mgmt fallback is left
+  drain, undrain, failover, restore   operator actions through r2cc's control plane
+
+Text forms, all read by one parser:
+  words     `r2cc lab fault h0 1 degrade 100mbit`   ->  ["degrade", "100mbit"] + host, rail
+  notation  h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:3:flap:200:3, h1:2:drain, h0:all-down
+A FaultSchedule is a list of {at: SECONDS, do: NOTATION} entries (as read from YAML).
+
+This module is pure (no lab, no processes): bad input fails before anything is built. The lab
+(lab/lab.py) injects lab kinds, serving/faults.py holds one fault during a load, the bench
+(bench/spec.py) places one at a fraction of an op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+from r2cc_serve.errors import UserError
+from r2cc_serve.util.rates import check_rate
+
+LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap")  # `r2cc lab fault`, Lab.fault
+REPAIRS = ("up", "clear")
+RAIL_FAULTS = tuple(k for k in LAB_KINDS if k not in REPAIRS)  # break one rail: what `r2cc bench` injects
+HOST_FAULTS = ("all-down",)
+ADMIN_ACTIONS = ("drain", "undrain", "failover", "restore")
+KINDS = LAB_KINDS + HOST_FAULTS + ADMIN_ACTIONS
+
+# What ends a fault or action on its rail; the keys are the kinds a run can hold for a while.
+_UNDO = {**{k: "clear" for k in RAIL_FAULTS + HOST_FAULTS}, "drain": "undrain", "failover": "restore"}
+HELD_KINDS = tuple(_UNDO)
+# Rail faults a run can keep in place for as long as it likes (a flap ends by itself): a host
+# made a straggler for a whole benchmark (`r2cc bench --hold-fault`, `r2cc serve-prefill --hold`).
+STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade")
+
+FLAP_DEFAULTS = (400, 8)  # period_ms, count: a bad cable, long enough to be seen under load
+_ARG_COUNTS = {"degrade": (1,), "flap": (0, 2)}
+_USAGE = {"degrade": "one argument, RATE (e.g. 100mbit)",
+          "flap": "PERIOD_MS and COUNT (e.g. 200 and 3), or none for {} and {}".format(*FLAP_DEFAULTS)}
+_NOTATION = re.compile(r"^h?(\d+):(?:(?:rail)?(\d+):)?([a-z][a-z-]*)((?::[^:]+)*)$")
+NOTATION_HELP = ("use h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:1:degrade:100mbit, "
+                 "h0:1:flap:200:3, h1:2:drain, or h<HOST>:all-down")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One fault or admin action: what, on which host's rail, and (when a run times it) when.
+
+    Validated on construction, so every FaultSpec is one the lab or the control plane can act on.
+    """
+    kind: str
+    host: int = 0
+    rail: int | None = None         # None for host faults (all-down), which ignore a rail given
+    rate: str | None = None         # degrade: the rail's new rate
+    period_ms: int | None = None    # flap: one down+up cycle (default 400)
+    count: int | None = None        # flap: cycles (default 8)
+    after_s: float | None = None    # seconds into a run: a schedule's `at`, a serving run's injection
+    hold_s: float | None = None     # a serving run undoes the fault this many seconds later
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UserError(f"unknown fault kind {self.kind!r}: use one of {', '.join(KINDS)}")
+        _check_index("host", self.host)
+        if self.kind in HOST_FAULTS:
+            object.__setattr__(self, "rail", None)
+        elif self.rail is None:
+            raise UserError(f"{self.kind} needs a rail")
+        else:
+            _check_index("rail", self.rail)
+        self._check_arguments()
+        for name in ("after_s", "hold_s"):
+            if getattr(self, name) is not None:
+                _check_seconds(name, getattr(self, name))
+
+    def _check_arguments(self) -> None:
+        if self.kind == "degrade":
+            if self.rate is None:
+                raise UserError("degrade needs a rate, e.g. degrade 100mbit")
+            object.__setattr__(self, "rate", check_rate(self.rate))
+        elif self.rate is not None:
+            raise UserError(f"{self.kind} takes no rate, got {self.rate!r}")
+        if self.kind != "flap":
+            if (self.period_ms, self.count) != (None, None):
+                raise UserError(f"{self.kind} takes no flap period or count")
+            return
+        period_ms = FLAP_DEFAULTS[0] if self.period_ms is None else self.period_ms
+        count = FLAP_DEFAULTS[1] if self.count is None else self.count
+        if not (_is_int(period_ms) and _is_int(count) and period_ms >= 2 and count >= 1):
+            raise UserError(f"flap needs whole numbers PERIOD_MS >= 2 and COUNT >= 1, got {period_ms!r} and {count!r}")
+        object.__setattr__(self, "period_ms", period_ms)
+        object.__setattr__(self, "count", count)
+
+    # --- what it does -------------------------------------------------------------------------
+
+    @property
+    def is_admin(self) -> bool:
+        """An operator action through r2cc's control plane rather than a change to the lab."""
+        return self.kind in ADMIN_ACTIONS
+
+    @property
+    def duration_s(self) -> float:
+        """How long carrying it out takes: a flap's cycles, 0 for everything else."""
+        return self.period_ms * self.count / 1000 if self.kind == "flap" else 0.0
+
+    def target_rails(self, lab_rails: int) -> list[int]:
+        return list(range(lab_rails)) if self.rail is None else [self.rail]
+
+    def per_rail(self, lab_rails: int) -> list["FaultSpec"]:
+        """The one-rail specs this one is made of: all-down is down on every data rail."""
+        if self.kind == "all-down":
+            return [FaultSpec("down", self.host, k) for k in range(lab_rails)]
+        return [self]
+
+    def undo(self, lab_rails: int) -> list["FaultSpec"]:
+        """The one-rail specs that end this fault or action ([] for those that end nothing: up, clear...)."""
+        if self.kind not in _UNDO:
+            return []
+        return [FaultSpec(_UNDO[self.kind], s.host, s.rail) for s in self.per_rail(lab_rails)]
+
+    def check_target(self, hosts: int, rails: int) -> "FaultSpec":
+        """UserError unless host and rail exist in a lab of hosts x rails."""
+        if self.host >= hosts:
+            raise UserError(f"host {self.host} is outside the lab's hosts 0..{hosts - 1}")
+        if self.rail is not None and self.rail >= rails:
+            raise UserError(f"rail {self.rail} is outside the lab's rails 0..{rails - 1}")
+        return self
+
+    # --- how it reads ---------------------------------------------------------------------------
+
+    @property
+    def action(self) -> str:
+        """'down', 'degrade 100mbit', 'flap 400ms x8'."""
+        if self.kind == "degrade":
+            return f"degrade {self.rate}"
+        if self.kind == "flap":
+            return f"flap {self.period_ms}ms x{self.count}"
+        return self.kind
+
+    @property
+    def target(self) -> str:
+        return f"h{self.host} " + ("all rails" if self.rail is None else f"rail{self.rail}")
+
+    @property
+    def text(self) -> str:
+        """For people: 'flap 400ms x8 on h0 rail3 after 2 s for 4 s'."""
+        when = "" if self.after_s is None else f" after {self.after_s:g} s"
+        held = "" if self.hold_s is None else f" for {self.hold_s:g} s"
+        return f"{self.action} on {self.target}{when}{held}"
+
+    @property
+    def notation(self) -> str:
+        """The text form parse_fault_text reads back: 'h0:3:flap:400:8', 'h0:all-down'."""
+        args = {"degrade": [self.rate], "flap": [self.period_ms, self.count]}.get(self.kind, [])
+        rail = [] if self.rail is None else [self.rail]
+        return ":".join(str(x) for x in [f"h{self.host}", *rail, self.kind, *args])
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is no index
+
+
+def _check_index(name: str, value) -> None:
+    if not _is_int(value) or value < 0:
+        raise UserError(f"{name} must be a whole number >= 0, got {value!r}")
+
+
+def _check_seconds(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise UserError(f"{name} must be a number of seconds >= 0, got {value!r}")
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def labelled(label: str) -> Iterator[None]:
+    """Say where a UserError raised inside came from: '<label>: <message>'."""
+    try:
+        yield
+    except UserError as exc:
+        raise UserError(f"{label}: {exc}") from None
+
+
+def parse_fault_words(words: list[str], host: int, rail: int | None, kinds: tuple[str, ...] = KINDS) -> FaultSpec:
+    """[KIND, *ARGS] on host's rail, e.g. ['degrade', '100mbit'] or ['flap', '200', '3']."""
+    if not words or not words[0]:
+        raise UserError(f"no fault kind given: use one of {', '.join(kinds)}")
+    kind, args = words[0], list(words[1:])
+    if kind not in kinds:
+        problem = f"unknown fault kind {kind!r}" if kind not in KINDS else f"{kind!r} cannot be used here"
+        raise UserError(f"{problem}: use one of {', '.join(kinds)}")
+    if len(args) not in _ARG_COUNTS.get(kind, (0,)):
+        raise UserError(f"{kind} takes {_USAGE.get(kind, 'no arguments')}, got {len(args)}")
+    if kind == "degrade":
+        return FaultSpec(kind, host, rail, rate=args[0])
+    if kind == "flap" and args:
+        try:
+            period_ms, count = (int(a) for a in args)
+        except ValueError:
+            raise UserError(f"flap needs whole numbers PERIOD_MS and COUNT, got {' '.join(args)!r}") from None
+        return FaultSpec(kind, host, rail, period_ms=period_ms, count=count)
+    return FaultSpec(kind, host, rail)
+
+
+def parse_fault_text(text: str, kinds: tuple[str, ...] = KINDS) -> FaultSpec:
+    """The notation: 'h0:1:down', 'h1:rail2:blackhole', 'h0:1:degrade:100mbit', 'h0:all-down'."""
+    m = _NOTATION.match(str(text).strip())
+    if not m:
+        raise UserError(f"not valid: {NOTATION_HELP}")
+    host, rail, kind = int(m.group(1)), m.group(2), m.group(3)
+    if rail is None and kind not in HOST_FAULTS:
+        raise UserError(f"{kind} needs a rail: h{host}:<RAIL>:{kind}")
+    return parse_fault_words([kind, *m.group(4).split(":")[1:]], host, None if rail is None else int(rail), kinds)
+
+
+def parse_steady_fault(text: str, hosts: int, rails: int, label: str) -> FaultSpec:
+    """A STEADY_RAIL_FAULTS fault in the notation ('h3:2:down', 'h1:0:degrade:125mbit'), checked
+    against the lab's hosts and rails; errors start with ``label`` (the option that gave it)."""
+    with labelled(label):
+        return parse_fault_text(text.strip(), STEADY_RAIL_FAULTS).check_target(hosts, rails)
+
+
+# --- schedules -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FaultSchedule:
+    """Timed faults and admin actions of one run, in time order (each entry's after_s is its `at`)."""
+    entries: tuple[FaultSpec, ...] = ()
+
+    @classmethod
+    def parse(cls, entries, source: str = "fault schedule") -> "FaultSchedule":
+        """From [{at: SECONDS, do: NOTATION}, ...], e.g. [{"at": 10, "do": "h0:1:down"}]."""
+        if not isinstance(entries, list):
+            raise UserError(f"{source}: expected a list of {{at: SECONDS, do: FAULT}} entries, "
+                            f"got {type(entries).__name__}")
+        parsed: list[FaultSpec] = []
+        for n, entry in enumerate(entries, 1):
+            with labelled(f"{source} entry {n}"):
+                spec = _parse_entry(entry)
+                if parsed and spec.after_s < parsed[-1].after_s:
+                    raise UserError(f"at {spec.after_s:g} s comes before entry {n - 1}'s "
+                                    f"{parsed[-1].after_s:g} s: list the entries in time order")
+            parsed.append(spec)
+        return cls(tuple(parsed))
+
+    def check(self, hosts: int, rails: int, source: str = "fault schedule") -> "FaultSchedule":
+        """UserError naming the first entry whose host or rail is outside a lab of hosts x rails."""
+        for n, spec in enumerate(self.entries, 1):
+            with labelled(f"{source} entry {n} ({spec.notation})"):
+                spec.check_target(hosts, rails)
+        return self
+
+    def describe(self) -> list[str]:
+        return [f"at {s.after_s:g} s: {s.action} on {s.target}" for s in self.entries]
+
+    def to_list(self) -> list[dict]:
+        """The form parse reads back (e.g. to write into a report)."""
+        return [{"at": s.after_s, "do": s.notation} for s in self.entries]
+
+
+def _parse_entry(entry) -> FaultSpec:
+    if not isinstance(entry, dict):
+        raise UserError(f"expected {{at: SECONDS, do: FAULT}}, got {entry!r}")
+    missing = [k for k in ("at", "do") if k not in entry]
+    unknown = sorted(str(k) for k in entry if k not in ("at", "do"))
+    if missing or unknown:
+        problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"unknown key(s) {', '.join(unknown)}"] if unknown else [])
+        raise UserError(f"{'; '.join(problems)}: an entry is {{at: SECONDS, do: FAULT}}")
+    at, do = entry["at"], entry["do"]
+    _check_seconds("at", at)
+    with labelled(f"at {at:g} s, do {do!r}"):
+        if not isinstance(do, str):
+            raise UserError(f"expected a fault or admin action as text: {NOTATION_HELP}")
+        return dataclasses.replace(parse_fault_text(do), after_s=float(at))

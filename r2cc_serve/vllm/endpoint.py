@@ -1,0 +1,61 @@
+"""vLLM endpoint plugin: the admin API and r2cc metrics inside vLLM's own API server.
+
+Enabled by the r2cc general plugin when `--distributed-backend r2cc` is given (it adds
+`r2cc_admin` to VLLM_PLUGINS). Rank agents are found through vLLM's worker RPC, so
+every worker on every node is reached; their rail metrics are added to vLLM's /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from r2cc_serve import envs
+from r2cc_serve.vllm import compat
+from r2cc_serve.admin.app import AdminState, build_router
+from r2cc_serve.admin.auth import NO_TOKEN, token_or_reason
+from r2cc_serve.util.priority import raise_process_priority
+from r2cc_serve.admin.sources import VllmSource
+
+log = logging.getLogger("r2cc_serve.admin")
+
+
+def worker_agents(worker) -> list[dict]:
+    """Runs in a worker (collective_rpc): this process's r2cc control agents."""
+    from r2cc_serve.comm import registry
+
+    out = []
+    for e in registry.entries():
+        agent = getattr(e.comm, "agent", None)
+        if agent is not None:
+            out.append({"address": agent.address, "token": agent.token, "group": e.group, "rank": e.global_rank})
+    return out
+
+
+class R2CCAdminEndpoint:
+    name = "r2cc_admin"
+    required_tasks = None
+
+    def __init__(self):
+        token, why = token_or_reason()
+        if token is None and why != NO_TOKEN:
+            # Not a reason to stop serving: reads work, mutations answer 403 with this reason.
+            log.error("r2cc admin: %s; drain/failover answer 403 until it is fixed and vLLM restarted", why)
+        self.state = AdminState(token=token, why_no_token=why)  # why is "" when there is a token
+
+    def attach_router(self, app) -> None:
+        app.include_router(build_router(self.state))
+
+    async def init_state(self, engine_client, state, args) -> None:
+        if engine_client is None:
+            return
+        from r2cc_serve.admin.metrics import R2CCCollector
+
+        done = raise_process_priority(envs.get("R2CC_API_SERVER_NICE"))
+        (log.warning if done.startswith("not changed") else log.info)("r2cc admin: API server priority: %s", done)
+        self.state.view.source = VllmSource(engine_client)
+        compat.prometheus_registry().register(R2CCCollector(self.state.view))
+        # Poll from now on, so /metrics has the workers' rails before anyone calls /r2cc/v1.
+        self.state.view.start(asyncio.get_running_loop())
+        if self.state.token is None:
+            log.warning("r2cc admin: no R2CC_ADMIN_TOKEN set: /r2cc/v1 reads work, drain/failover answer 403")

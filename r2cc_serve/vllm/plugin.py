@@ -1,0 +1,75 @@
+"""vLLM general plugin: `vllm serve ... --distributed-backend r2cc`.
+
+Loaded by vLLM in the API server, the engine core and every worker. It adds the flag
+(whose value travels to the spawned processes as R2CC_DISTRIBUTED_BACKEND) and, when
+the backend is r2cc, makes the platform build R2CCCommunicator for tensor-parallel
+groups with collectives routed through vLLM's custom ops (safe under torch.compile).
+Without the flag vLLM is untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from r2cc_serve import envs
+from r2cc_serve.vllm import compat
+from r2cc_serve.errors import UserError
+
+BACKENDS = ("default", "r2cc")
+COMMUNICATOR = "r2cc_serve.vllm.communicator.R2CCCommunicator"
+
+
+def backend() -> str:
+    return envs.get("R2CC_DISTRIBUTED_BACKEND")
+
+
+class _SelectBackend(argparse.Action):
+    """Records the choice in the environment, which engine and workers inherit."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value == "r2cc":
+            from r2cc_serve.comm.rail_config import load_rail_config
+
+            try:
+                load_rail_config(rank=0)  # a missing rail map fails here, not in a worker
+            except UserError as exc:
+                parser.error(str(exc))
+        os.environ["R2CC_DISTRIBUTED_BACKEND"] = value
+        if value == "r2cc":
+            _enable_admin_endpoint()
+        setattr(namespace, self.dest, value)
+
+
+def _enable_admin_endpoint() -> None:
+    """vLLM loads endpoint plugins only when VLLM_PLUGINS names them, and that list then
+    also filters general plugins: name every general plugin too, so nothing else changes."""
+    from importlib.metadata import entry_points
+
+    current = os.environ.get("VLLM_PLUGINS")
+    names = [n for n in (current.split(",") if current is not None else
+                         [e.name for e in entry_points(group=compat.GENERAL_PLUGINS_GROUP)]) if n]
+    if "r2cc_admin" not in names:
+        os.environ["VLLM_PLUGINS"] = ",".join(names + ["r2cc_admin"])
+
+
+def _add_flag(parser) -> None:
+    if any("--distributed-backend" in a.option_strings for a in parser._actions):
+        return
+    parser.add_argument(
+        "--distributed-backend", choices=BACKENDS, action=_SelectBackend, default=backend(),
+        help="Tensor-parallel collectives: 'default' (vLLM's own) or 'r2cc' (striped over several NICs, "
+             "lossless failover when one dies). Rails come from R2CC_RAILS/R2CC_NETNS or R2CC_CONFIG (YAML).")
+
+
+def register() -> None:
+    if backend() not in BACKENDS:
+        raise UserError(f"R2CC_DISTRIBUTED_BACKEND={backend()!r}; use one of {', '.join(BACKENDS)}")
+    compat.check_vllm_version()
+    compat.add_engine_cli_args(_add_flag)
+    compat.update_additional_config(
+        lambda: {"r2cc_distributed_backend": "r2cc"} if backend() == "r2cc" else {})
+    compat.route_platform_communicator(lambda: COMMUNICATOR if backend() == "r2cc" else None)
+    from r2cc_serve.vllm.endpoint import worker_agents
+
+    compat.add_worker_method("r2cc_agents", worker_agents)

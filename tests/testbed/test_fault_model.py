@@ -1,0 +1,256 @@
+"""The one fault model (r2cc_serve/testbed/faults.py): kinds, text forms, validation, schedules. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from r2cc_serve.testbed import faults
+from r2cc_serve.cli import main as cli_main
+from r2cc_serve.errors import UserError
+from r2cc_serve.testbed.faults import FaultSchedule, FaultSpec, parse_fault_text, parse_fault_words
+from r2cc_serve.testbed.serving.fault_hold import check_held, parse_option
+
+# notation -> (what the spec holds, how it reads): one row per kind.
+EVERY_KIND = {
+    "h0:1:down": (dict(kind="down", host=0, rail=1), "down on h0 rail1"),
+    "h1:0:up": (dict(kind="up", host=1, rail=0), "up on h1 rail0"),
+    "h0:2:blackhole": (dict(kind="blackhole", rail=2), "blackhole on h0 rail2"),
+    "h0:2:clear": (dict(kind="clear", rail=2), "clear on h0 rail2"),
+    "h1:3:degrade:100mbit": (dict(kind="degrade", host=1, rail=3, rate="100mbit"), "degrade 100mbit on h1 rail3"),
+    "h0:3:flap:200:3": (dict(kind="flap", rail=3, period_ms=200, count=3), "flap 200ms x3 on h0 rail3"),
+    "h1:all-down": (dict(kind="all-down", host=1, rail=None), "all-down on h1 all rails"),
+    "h1:2:drain": (dict(kind="drain", host=1, rail=2), "drain on h1 rail2"),
+    "h1:2:undrain": (dict(kind="undrain", host=1, rail=2), "undrain on h1 rail2"),
+    "h0:1:failover": (dict(kind="failover", rail=1), "failover on h0 rail1"),
+    "h0:1:restore": (dict(kind="restore", rail=1), "restore on h0 rail1"),
+}
+
+
+def test_the_vocabulary_is_covered_once():
+    assert sorted(parse_fault_text(t).kind for t in EVERY_KIND) == sorted(faults.KINDS)
+    assert len(set(faults.KINDS)) == len(faults.KINDS)
+    assert faults.LAB_KINDS == ("down", "up", "blackhole", "clear", "degrade", "flap")  # `r2cc lab fault` order
+    assert faults.RAIL_FAULTS == ("down", "blackhole", "degrade", "flap")  # what `r2cc bench` injects
+    assert set(faults.HELD_KINDS) == {"down", "blackhole", "degrade", "flap", "all-down", "drain", "failover"}
+
+
+@pytest.mark.parametrize("notation", EVERY_KIND)
+def test_every_kind_in_notation_and_words(notation):
+    fields, text = EVERY_KIND[notation]
+    spec = parse_fault_text(notation)
+    assert {k: getattr(spec, k) for k in fields} == fields
+    assert spec.text == text and spec.notation == notation
+    assert parse_fault_text(spec.notation) == spec  # the notation reads back
+    words = notation.split(":")[2 if spec.rail is not None else 1:]
+    assert parse_fault_words(words, spec.host, spec.rail) == spec
+    assert FaultSpec(**json.loads(json.dumps(dataclasses.asdict(spec)))) == spec  # JSON round trip
+
+
+def test_spellings_defaults_and_normalisation():
+    assert parse_fault_text(" 1:rail2:down ") == FaultSpec("down", 1, 2)  # 'h' and 'rail' are optional
+    assert parse_fault_text("h0:1:degrade:1Gbit").rate == "1gbit"
+    flap = parse_fault_words(["flap"], 0, 1)
+    assert (flap.period_ms, flap.count) == faults.FLAP_DEFAULTS and flap.duration_s == 3.2
+    assert FaultSpec("flap", rail=1) == flap
+    # A host fault acts on every rail: a rail given with it is dropped, not an error.
+    assert parse_fault_words(["all-down"], 0, 3) == parse_fault_text("h0:3:all-down") == FaultSpec("all-down")
+    held = FaultSpec("down", 0, 1, after_s=2, hold_s=4.5)
+    assert held.text == "down on h0 rail1 after 2 s for 4.5 s"
+
+
+@pytest.mark.parametrize("words, message", [
+    ([], "no fault kind given"),
+    (["explode"], "unknown fault kind 'explode': use one of down, up"),
+    (["degrade"], "degrade takes one argument, RATE (e.g. 100mbit), got 0"),
+    (["degrade", "1gbit", "2gbit"], "degrade takes one argument"),
+    (["degrade", "fast"], "rate 'fast' is not valid"),
+    (["flap", "200"], "flap takes PERIOD_MS and COUNT (e.g. 200 and 3), or none for 400 and 8, got 1"),
+    (["flap", "200", "3", "1"], "got 3"),
+    (["flap", "2OO", "3"], "flap needs whole numbers PERIOD_MS and COUNT, got '2OO 3'"),
+    (["flap", "1", "3"], "PERIOD_MS >= 2 and COUNT >= 1, got 1 and 3"),
+    (["flap", "200", "0"], "PERIOD_MS >= 2 and COUNT >= 1, got 200 and 0"),
+    (["down", "7"], "down takes no arguments, got 1"),
+    (["drain", "now"], "drain takes no arguments"),
+    (["all-down", "x"], "all-down takes no arguments"),
+])
+def test_bad_words(words, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_fault_words(words, 0, 1)
+
+
+def test_a_tool_names_the_kinds_it_takes():
+    with pytest.raises(UserError, match="'drain' cannot be used here: use one of down, blackhole, degrade, flap$"):
+        parse_fault_words(["drain"], 0, 1, faults.RAIL_FAULTS)
+    with pytest.raises(UserError, match="unknown fault kind 'x': use one of down, up, blackhole, clear, degrade, flap$"):
+        parse_fault_words(["x"], 0, 1, faults.LAB_KINDS)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x", "not valid: use h<HOST>:<RAIL>:<KIND>"),
+    ("", "not valid"),
+    ("h0:1:DOWN", "not valid"),
+    ("h0:1:", "not valid"),
+    ("hx:1:down", "not valid"),
+    ("h0:-1:down", "not valid"),
+    ("h0:down", "down needs a rail: h0:<RAIL>:down"),
+    ("h0:1:explode", "unknown fault kind 'explode'"),
+    ("h0:1:degrade", "degrade takes one argument"),
+    ("h0:1:flap:200", "flap takes PERIOD_MS and COUNT"),
+    ("h0:1:down:now", "down takes no arguments"),
+])
+def test_bad_notation(text, message):
+    with pytest.raises(UserError, match=message):
+        parse_fault_text(text)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(kind="explode"), "unknown fault kind"),
+    (dict(kind="down"), "down needs a rail"),
+    (dict(kind="down", host=-1, rail=0), "host must be a whole number >= 0, got -1"),
+    (dict(kind="down", host=True, rail=0), "host must be a whole number"),
+    (dict(kind="down", rail="1"), "rail must be a whole number >= 0, got '1'"),
+    (dict(kind="degrade", rail=0), "degrade needs a rate"),
+    (dict(kind="down", rail=0, rate="1gbit"), "down takes no rate"),
+    (dict(kind="down", rail=0, count=3), "down takes no flap period or count"),
+    (dict(kind="flap", rail=0, period_ms=200.5), "flap needs whole numbers"),
+    (dict(kind="down", rail=0, after_s=-1), "after_s must be a number of seconds >= 0, got -1"),
+    (dict(kind="down", rail=0, hold_s=float("inf")), "hold_s must be a number of seconds"),
+    (dict(kind="down", rail=0, hold_s="5"), "hold_s must be a number of seconds"),
+])
+def test_a_spec_is_valid_or_not_made(fields, message):
+    with pytest.raises(UserError, match=message):
+        FaultSpec(**fields)
+
+
+def test_targets_undo_and_admin():
+    assert FaultSpec("all-down", host=1).target_rails(3) == [0, 1, 2]
+    assert [s.notation for s in FaultSpec("all-down", host=1).per_rail(2)] == ["h1:0:down", "h1:1:down"]
+    assert FaultSpec("down", 0, 2).per_rail(4) == [FaultSpec("down", 0, 2)]
+    undo = {t: [u.notation for u in parse_fault_text(t).undo(2)] for t in EVERY_KIND}
+    assert undo == {
+        "h0:1:down": ["h0:1:clear"], "h1:0:up": [], "h0:2:blackhole": ["h0:2:clear"], "h0:2:clear": [],
+        "h1:3:degrade:100mbit": ["h1:3:clear"], "h0:3:flap:200:3": ["h0:3:clear"],
+        "h1:all-down": ["h1:0:clear", "h1:1:clear"], "h1:2:drain": ["h1:2:undrain"], "h1:2:undrain": [],
+        "h0:1:failover": ["h0:1:restore"], "h0:1:restore": []}
+    assert [t for t in EVERY_KIND if parse_fault_text(t).is_admin] == [
+        "h1:2:drain", "h1:2:undrain", "h0:1:failover", "h0:1:restore"]
+    assert FaultSpec("down", 0, 1).duration_s == 0.0
+
+
+def test_check_target():
+    assert FaultSpec("down", 1, 3).check_target(2, 4) == FaultSpec("down", 1, 3)
+    assert FaultSpec("all-down", host=1).check_target(2, 1)
+    with pytest.raises(UserError, match="host 2 is outside the lab's hosts 0..1"):
+        FaultSpec("down", 2, 0).check_target(2, 4)
+    with pytest.raises(UserError, match="rail 4 is outside the lab's rails 0..3"):
+        FaultSpec("drain", 0, 4).check_target(2, 4)
+
+
+def test_labelled_says_where_an_error_came_from():
+    with pytest.raises(UserError, match="^--fault 'x': not valid"):
+        with faults.labelled("--fault 'x'"):
+            parse_fault_text("x")
+    with faults.labelled("not used"):  # no error, no change
+        pass
+
+
+# --- schedules ----------------------------------------------------------------------------
+
+SCHEDULE_YAML = """
+faults:
+  - {at: 0, do: "h0:1:down"}
+  - {at: 5, do: "h0:1:clear"}
+  - {at: 5, do: "h1:2:drain"}
+  - {at: 12.5, do: "h1:2:undrain"}
+  - {at: 20, do: "h0:3:degrade:100mbit"}
+  - {at: 30, do: "h0:3:flap:200:5"}
+  - {at: 40, do: "h1:all-down"}
+  - {at: 50, do: "h0:0:failover"}
+  - {at: 60, do: "h0:0:restore"}
+"""
+
+
+def test_schedule_from_yaml():
+    schedule = FaultSchedule.parse(yaml.safe_load(SCHEDULE_YAML)["faults"], source="scenario.yaml faults")
+    assert [s.after_s for s in schedule.entries] == [0, 5, 5, 12.5, 20, 30, 40, 50, 60]
+    assert schedule.entries[4] == FaultSpec("degrade", 0, 3, rate="100mbit", after_s=20)
+    assert schedule.describe() == [
+        "at 0 s: down on h0 rail1", "at 5 s: clear on h0 rail1", "at 5 s: drain on h1 rail2",
+        "at 12.5 s: undrain on h1 rail2", "at 20 s: degrade 100mbit on h0 rail3",
+        "at 30 s: flap 200ms x5 on h0 rail3", "at 40 s: all-down on h1 all rails",
+        "at 50 s: failover on h0 rail0", "at 60 s: restore on h0 rail0"]
+    assert FaultSchedule.parse(schedule.to_list()) == schedule
+    assert schedule.check(hosts=2, rails=4) is schedule
+    assert FaultSchedule.parse([]) == FaultSchedule()
+
+
+def test_schedule_check_names_the_entry_outside_the_lab():
+    schedule = FaultSchedule.parse([{"at": 1, "do": "h0:1:down"}, {"at": 2, "do": "h3:1:drain"}])
+    with pytest.raises(UserError, match=r"^fault schedule entry 2 \(h3:1:drain\): host 3 is outside the lab's hosts 0..1$"):
+        schedule.check(hosts=2, rails=4)
+    with pytest.raises(UserError, match=r"^x entry 1 \(h0:1:down\): rail 1 is outside the lab's rails 0..0$"):
+        schedule.check(hosts=2, rails=1, source="x")
+
+
+@pytest.mark.parametrize("entries, message", [
+    (None, "fault schedule: expected a list of {at: SECONDS, do: FAULT} entries, got NoneType"),
+    ({"at": 1, "do": "h0:1:down"}, "expected a list of .* got dict"),
+    (["h0:1:down"], "fault schedule entry 1: expected {at: SECONDS, do: FAULT}, got 'h0:1:down'"),
+    ([{"do": "h0:1:down"}], "fault schedule entry 1: missing at: an entry is {at: SECONDS, do: FAULT}"),
+    ([{"at": 1}], "entry 1: missing do"),
+    ([{}], "entry 1: missing at, do"),
+    ([{"at": 1, "do": "h0:1:down", "for": 5}], "entry 1: unknown key\\(s\\) for: an entry is"),
+    ([{"at": "10s", "do": "h0:1:down"}], "entry 1: at must be a number of seconds >= 0, got '10s'"),
+    ([{"at": -1, "do": "h0:1:down"}], "entry 1: at must be a number of seconds >= 0, got -1"),
+    ([{"at": True, "do": "h0:1:down"}], "entry 1: at must be a number"),
+    ([{"at": float("nan"), "do": "h0:1:down"}], "entry 1: at must be a number"),
+    ([{"at": 1, "do": None}], "entry 1: at 1 s, do None: expected a fault or admin action as text: use h<HOST>"),
+    ([{"at": 1, "do": {"kind": "down"}}], "entry 1: at 1 s, do {'kind': 'down'}: expected a fault"),
+    ([{"at": 1, "do": "h0:1:down"}, {"at": 2.5, "do": "h0:1:explode"}],
+     "fault schedule entry 2: at 2.5 s, do 'h0:1:explode': unknown fault kind 'explode'"),
+    ([{"at": 1, "do": "h0:1:degrade"}], "entry 1: at 1 s, do 'h0:1:degrade': degrade takes one argument"),
+    ([{"at": 1, "do": "h0:drain"}], "entry 1: at 1 s, do 'h0:drain': drain needs a rail"),
+    ([{"at": 9, "do": "h0:1:down"}, {"at": 3, "do": "h0:1:clear"}],
+     "fault schedule entry 2: at 3 s comes before entry 1's 9 s: list the entries in time order"),
+])
+def test_bad_schedules_name_the_entry_and_what_is_expected(entries, message):
+    with pytest.raises(UserError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        FaultSchedule.parse(entries)
+
+
+# --- the tools ----------------------------------------------------------------------------
+
+def test_serving_option_and_held_faults():
+    lab = SimpleNamespace(hosts=2, rails=4)
+    spec = parse_option("degrade:100mbit", host=0, rail=1, after_s=3, hold_s=5)
+    assert check_held(spec, lab) == FaultSpec("degrade", 0, 1, rate="100mbit", after_s=3, hold_s=5)
+    assert parse_option("all-down", host=1, rail=1, after_s=0, hold_s=1).rail is None
+    assert parse_option("flap", host=0, rail=2, after_s=0, hold_s=1).period_ms == 400
+    with pytest.raises(UserError, match="^--fault 'up': 'up' cannot be used here: use one of down"):
+        parse_option("up", host=0, rail=1, after_s=3, hold_s=5)
+    with pytest.raises(UserError, match="^--fault 'down': after_s must be a number of seconds"):
+        parse_option("down", host=0, rail=1, after_s=-3, hold_s=5)
+    with pytest.raises(UserError, match="^fault down on h0 rail4 .*: rail 4 is outside the lab's rails 0..3"):
+        check_held(parse_option("down", host=0, rail=4, after_s=3, hold_s=5), lab)
+    with pytest.raises(UserError, match="a held fault needs after_s and hold_s"):
+        check_held(FaultSpec("down", 0, 1), lab)
+    with pytest.raises(UserError, match="clear cannot be held and undone"):
+        check_held(FaultSpec("clear", 0, 1, after_s=1, hold_s=1), lab)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["demo", "--fault", "explode"], "--fault 'explode': unknown fault kind 'explode'"),
+    (["demo", "--fault", "degrade"], "--fault 'degrade': degrade takes one argument"),
+    (["demo", "--backend", "default", "--fault", "failover"], "--fault failover needs --backend r2cc"),
+    (["serve-bench", "--fault", "clear"], "--fault 'clear': 'clear' cannot be used here"),
+    (["bench", "--fault", "h0:1:drain"], "--fault 'h0:1:drain': 'drain' cannot be used here"),
+])
+def test_tools_refuse_bad_faults_before_building_anything(argv, message, capsys):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
