@@ -2,7 +2,7 @@
 
 Units: M bytes per rank, B bytes/s the best rank's NIC (each direction), ``beta_i`` the fraction
 rank i keeps. Every formula here was re-derived, not copied; what we found about the ones in
-issue 11 / DESIGN.md section 5:
+issue 11 / docs/design.md, "Facts the code relies on":
 
 - Lower bound (right). Each rank must receive at least M (one value per element, whatever
   the schedule) and send at least M (its input matters to every element), so T >= M/(B min

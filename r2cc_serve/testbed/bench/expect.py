@@ -5,7 +5,7 @@ applied: a rail down or blackholed counts 0, a degraded one its new rate. T_LB
 (``cost.lower_bound_of``) uses those line rates, as the formula does. The simulator
 (``sched.sim``) runs the very plan the ranks ran (rebuilt from the schedule, chunks and table
 the workers report) at the payload rate TCP gets from a line rate at this MTU,
-MSS/frame = (mtu - 52)/(mtu + 14) (95.7% at 1500, as measured in DESIGN.md): the lab's rates,
+MSS/frame = (mtu - 52)/(mtu + 14) (95.7% at 1500, as measured: docs/design.md): the lab's rates,
 nothing fitted to the run. Unshaped labs have no rate: no expectations then.
 """
 

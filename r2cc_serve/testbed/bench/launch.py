@@ -3,7 +3,7 @@
 r2cc and gloo ranks are started directly with `ip netns exec <host> python -m ...worker`.
 MPI ranks are started by mpirun in the root namespace through a wrapper that enters the host
 of $OMPI_COMM_WORLD_RANK; they reach mpirun's PMIx server over the management bridge
-(DESIGN.md section 4). Every child gets its own session (process group), so a kill reaches
+(docs/design.md, "Facts the code relies on"). Every child gets its own session (process group), so a kill reaches
 everything it started; worker pids from the results files are killed too, in case mpirun
 put its ranks in other groups.
 """

@@ -2,7 +2,7 @@
 
 A socket belongs to the network namespace it was created in, so we switch only a helper
 thread into the host's namespace (setns), create the socket there, and switch back; the
-socket keeps working from any thread. See DESIGN.md section 4.
+socket keeps working from any thread. See docs/design.md, "Facts the code relies on".
 """
 
 from __future__ import annotations
