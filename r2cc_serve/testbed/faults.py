@@ -4,6 +4,8 @@ Kinds, each acting on one host's end of one rail unless said otherwise:
   down, up             the rail's link goes down / comes back (a dead NIC or cable)
   blackhole            every packet on the rail is dropped, the link stays up (a dead switch port)
   degrade RATE         the rail is shaped down to RATE, e.g. 100mbit
+  lossy PCT            PCT% of the rail's packets, each way, are dropped at random (a gray failure:
+                       a dirty optic, a bad cable), e.g. lossy 1 or lossy 0.5
   flap [PERIOD_MS COUNT]  link down/up COUNT times, PERIOD_MS per cycle (default 400 and 8)
   clear                undo every lab fault on the rail
   all-down             every data rail of the host down: only the mgmt fallback is left
@@ -11,7 +13,8 @@ Kinds, each acting on one host's end of one rail unless said otherwise:
 
 Text forms, all read by one parser:
   words     `r2cc lab fault h0 1 degrade 100mbit`   ->  ["degrade", "100mbit"] + host, rail
-  notation  h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:3:flap:200:3, h1:2:drain, h0:all-down
+  notation  h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:3:flap:200:3, h0:1:lossy:1, h1:2:drain,
+            h0:all-down
 A FaultSchedule is a list of {at: SECONDS, do: NOTATION} entries (as read from YAML).
 
 This module is pure (no lab, no processes): bad input fails before anything is built. The lab
@@ -31,7 +34,7 @@ from typing import Iterator
 from r2cc_serve.errors import UserError
 from r2cc_serve.util.rates import check_rate
 
-LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap")  # `r2cc lab fault`, Lab.fault
+LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy")  # `r2cc lab fault`, Lab.fault
 REPAIRS = ("up", "clear")
 RAIL_FAULTS = tuple(k for k in LAB_KINDS if k not in REPAIRS)  # break one rail: what `r2cc bench` injects
 HOST_FAULTS = ("all-down",)
@@ -43,15 +46,17 @@ _UNDO = {**{k: "clear" for k in RAIL_FAULTS + HOST_FAULTS}, "drain": "undrain", 
 HELD_KINDS = tuple(_UNDO)
 # Rail faults a run can keep in place for as long as it likes (a flap ends by itself): a host
 # made a straggler for a whole benchmark (`r2cc bench --hold-fault`, `r2cc serve-prefill --hold`).
-STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade")
+STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade", "lossy")
 
 FLAP_DEFAULTS = (400, 8)  # period_ms, count: a bad cable, long enough to be seen under load
-_ARG_COUNTS = {"degrade": (1,), "flap": (0, 2)}
+_ARG_COUNTS = {"degrade": (1,), "flap": (0, 2), "lossy": (1,)}
+LOSS_STEP_PCT = 0.1  # nftables draws a number in 0..999 per packet: losses come in tenths of a percent
 _USAGE = {"degrade": "one argument, RATE (e.g. 100mbit)",
+          "lossy": "one argument, PCT: the share of packets dropped, e.g. 1 or 0.5 (percent)",
           "flap": "PERIOD_MS and COUNT (e.g. 200 and 3), or none for {} and {}".format(*FLAP_DEFAULTS)}
 _NOTATION = re.compile(r"^h?(\d+):(?:(?:rail)?(\d+):)?([a-z][a-z-]*)((?::[^:]+)*)$")
 NOTATION_HELP = ("use h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:1:degrade:100mbit, "
-                 "h0:1:flap:200:3, h1:2:drain, or h<HOST>:all-down")
+                 "h0:1:flap:200:3, h0:1:lossy:1, h1:2:drain, or h<HOST>:all-down")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class FaultSpec:
     host: int = 0
     rail: int | None = None         # None for host faults (all-down), which ignore a rail given
     rate: str | None = None         # degrade: the rail's new rate
+    loss_pct: float | None = None   # lossy: percent of packets dropped each way
     period_ms: int | None = None    # flap: one down+up cycle (default 400)
     count: int | None = None        # flap: cycles (default 8)
     after_s: float | None = None    # seconds into a run: a schedule's `at`, a serving run's injection
@@ -91,6 +97,10 @@ class FaultSpec:
             object.__setattr__(self, "rate", check_rate(self.rate))
         elif self.rate is not None:
             raise UserError(f"{self.kind} takes no rate, got {self.rate!r}")
+        if self.kind == "lossy":
+            object.__setattr__(self, "loss_pct", _check_loss(self.loss_pct))
+        elif self.loss_pct is not None:
+            raise UserError(f"{self.kind} takes no loss percentage, got {self.loss_pct!r}")
         if self.kind != "flap":
             if (self.period_ms, self.count) != (None, None):
                 raise UserError(f"{self.kind} takes no flap period or count")
@@ -144,6 +154,8 @@ class FaultSpec:
         """'down', 'degrade 100mbit', 'flap 400ms x8'."""
         if self.kind == "degrade":
             return f"degrade {self.rate}"
+        if self.kind == "lossy":
+            return f"lossy {self.loss_pct:g}%"
         if self.kind == "flap":
             return f"flap {self.period_ms}ms x{self.count}"
         return self.kind
@@ -162,7 +174,8 @@ class FaultSpec:
     @property
     def notation(self) -> str:
         """The text form parse_fault_text reads back: 'h0:3:flap:400:8', 'h0:all-down'."""
-        args = {"degrade": [self.rate], "flap": [self.period_ms, self.count]}.get(self.kind, [])
+        args = {"degrade": [self.rate], "flap": [self.period_ms, self.count],
+                "lossy": [f"{self.loss_pct:g}" if self.loss_pct is not None else None]}.get(self.kind, [])
         rail = [] if self.rail is None else [self.rail]
         return ":".join(str(x) for x in [f"h{self.host}", *rail, self.kind, *args])
 
@@ -174,6 +187,20 @@ def _is_int(value) -> bool:
 def _check_index(name: str, value) -> None:
     if not _is_int(value) or value < 0:
         raise UserError(f"{name} must be a whole number >= 0, got {value!r}")
+
+
+def _check_loss(pct) -> float:
+    """A loss percentage in (0, 100], in steps of LOSS_STEP_PCT."""
+    try:
+        value = float(str(pct).rstrip("%")) if not isinstance(pct, bool) else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 100:
+        raise UserError(f"lossy needs a percentage above 0 and at most 100 (e.g. 1 or 0.5), got {pct!r}")
+    steps = round(value / LOSS_STEP_PCT)
+    if steps < 1 or abs(steps * LOSS_STEP_PCT - value) > 1e-9:
+        raise UserError(f"lossy {value:g}%: use steps of {LOSS_STEP_PCT:g}% (the lab drops by a draw in 0..999)")
+    return steps * LOSS_STEP_PCT
 
 
 def _check_seconds(name: str, value) -> None:
@@ -204,6 +231,8 @@ def parse_fault_words(words: list[str], host: int, rail: int | None, kinds: tupl
         raise UserError(f"{kind} takes {_USAGE.get(kind, 'no arguments')}, got {len(args)}")
     if kind == "degrade":
         return FaultSpec(kind, host, rail, rate=args[0])
+    if kind == "lossy":
+        return FaultSpec(kind, host, rail, loss_pct=args[0])
     if kind == "flap" and args:
         try:
             period_ms, count = (int(a) for a in args)

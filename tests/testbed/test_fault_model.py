@@ -23,6 +23,7 @@ EVERY_KIND = {
     "h0:2:clear": (dict(kind="clear", rail=2), "clear on h0 rail2"),
     "h1:3:degrade:100mbit": (dict(kind="degrade", host=1, rail=3, rate="100mbit"), "degrade 100mbit on h1 rail3"),
     "h0:3:flap:200:3": (dict(kind="flap", rail=3, period_ms=200, count=3), "flap 200ms x3 on h0 rail3"),
+    "h0:1:lossy:0.5": (dict(kind="lossy", rail=1, loss_pct=0.5), "lossy 0.5% on h0 rail1"),
     "h1:all-down": (dict(kind="all-down", host=1, rail=None), "all-down on h1 all rails"),
     "h1:2:drain": (dict(kind="drain", host=1, rail=2), "drain on h1 rail2"),
     "h1:2:undrain": (dict(kind="undrain", host=1, rail=2), "undrain on h1 rail2"),
@@ -34,9 +35,9 @@ EVERY_KIND = {
 def test_the_vocabulary_is_covered_once():
     assert sorted(parse_fault_text(t).kind for t in EVERY_KIND) == sorted(faults.KINDS)
     assert len(set(faults.KINDS)) == len(faults.KINDS)
-    assert faults.LAB_KINDS == ("down", "up", "blackhole", "clear", "degrade", "flap")  # `r2cc lab fault` order
-    assert faults.RAIL_FAULTS == ("down", "blackhole", "degrade", "flap")  # what `r2cc bench` injects
-    assert set(faults.HELD_KINDS) == {"down", "blackhole", "degrade", "flap", "all-down", "drain", "failover"}
+    assert faults.LAB_KINDS == ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy")  # `r2cc lab fault` order
+    assert faults.RAIL_FAULTS == ("down", "blackhole", "degrade", "flap", "lossy")  # what `r2cc bench` injects
+    assert set(faults.HELD_KINDS) == {"down", "blackhole", "degrade", "flap", "lossy", "all-down", "drain", "failover"}
 
 
 @pytest.mark.parametrize("notation", EVERY_KIND)
@@ -84,9 +85,9 @@ def test_bad_words(words, message):
 
 
 def test_a_tool_names_the_kinds_it_takes():
-    with pytest.raises(UserError, match="'drain' cannot be used here: use one of down, blackhole, degrade, flap$"):
+    with pytest.raises(UserError, match="'drain' cannot be used here: use one of down, blackhole, degrade, flap, lossy$"):
         parse_fault_words(["drain"], 0, 1, faults.RAIL_FAULTS)
-    with pytest.raises(UserError, match="unknown fault kind 'x': use one of down, up, blackhole, clear, degrade, flap$"):
+    with pytest.raises(UserError, match="unknown fault kind 'x': use one of down, up, blackhole, clear, degrade, flap, lossy$"):
         parse_fault_words(["x"], 0, 1, faults.LAB_KINDS)
 
 
@@ -102,6 +103,11 @@ def test_a_tool_names_the_kinds_it_takes():
     ("h0:1:degrade", "degrade takes one argument"),
     ("h0:1:flap:200", "flap takes PERIOD_MS and COUNT"),
     ("h0:1:down:now", "down takes no arguments"),
+    ("h0:1:lossy", "lossy takes one argument, PCT"),
+    ("h0:1:lossy:0", "above 0 and at most 100"),
+    ("h0:1:lossy:150", "above 0 and at most 100"),
+    ("h0:1:lossy:0.25", "steps of 0.1%"),
+    ("h0:1:lossy:lots", "above 0 and at most 100"),
 ])
 def test_bad_notation(text, message):
     with pytest.raises(UserError, match=message):
@@ -117,6 +123,8 @@ def test_bad_notation(text, message):
     (dict(kind="degrade", rail=0), "degrade needs a rate"),
     (dict(kind="down", rail=0, rate="1gbit"), "down takes no rate"),
     (dict(kind="down", rail=0, count=3), "down takes no flap period or count"),
+    (dict(kind="down", rail=0, loss_pct=1), "down takes no loss percentage"),
+    (dict(kind="lossy", rail=0), "lossy needs a percentage"),
     (dict(kind="flap", rail=0, period_ms=200.5), "flap needs whole numbers"),
     (dict(kind="down", rail=0, after_s=-1), "after_s must be a number of seconds >= 0, got -1"),
     (dict(kind="down", rail=0, hold_s=float("inf")), "hold_s must be a number of seconds"),
@@ -134,7 +142,7 @@ def test_targets_undo_and_admin():
     undo = {t: [u.notation for u in parse_fault_text(t).undo(2)] for t in EVERY_KIND}
     assert undo == {
         "h0:1:down": ["h0:1:clear"], "h1:0:up": [], "h0:2:blackhole": ["h0:2:clear"], "h0:2:clear": [],
-        "h1:3:degrade:100mbit": ["h1:3:clear"], "h0:3:flap:200:3": ["h0:3:clear"],
+        "h1:3:degrade:100mbit": ["h1:3:clear"], "h0:3:flap:200:3": ["h0:3:clear"], "h0:1:lossy:0.5": ["h0:1:clear"],
         "h1:all-down": ["h1:0:clear", "h1:1:clear"], "h1:2:drain": ["h1:2:undrain"], "h1:2:undrain": [],
         "h0:1:failover": ["h0:1:restore"], "h0:1:restore": []}
     assert [t for t in EVERY_KIND if parse_fault_text(t).is_admin] == [

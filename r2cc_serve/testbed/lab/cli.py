@@ -42,12 +42,13 @@ def register(subparsers) -> None:
         "fault", help="inject or undo a fault on one host's rail",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="kinds:\n  down | up | blackhole | clear\n  degrade RATE        e.g. degrade 100mbit\n"
+                    "  lossy PCT           drop PCT% of the rail's packets each way, e.g. lossy 1\n"
                     "  flap [PERIOD_MS COUNT]  e.g. flap 200 5 (down/up COUNT times; default {} {})"
                     .format(*FLAP_DEFAULTS))
     fault.add_argument("host", metavar="HOST", help="host index: 0, h0 or <prefix>-h0")
     fault.add_argument("rail", metavar="RAIL", help="rail index: 0 or rail0")
     fault.add_argument("kind", metavar="KIND", choices=LAB_KINDS, help=" | ".join(LAB_KINDS))
-    fault.add_argument("args", metavar="ARGS", nargs="*", help="RATE for degrade; PERIOD_MS COUNT for flap")
+    fault.add_argument("args", metavar="ARGS", nargs="*", help="RATE for degrade; PCT for lossy; PERIOD_MS COUNT for flap")
     fault.set_defaults(func=_fault)
 
 

@@ -1,4 +1,4 @@
-"""Fault injection on one host's rail: down/up, blackhole, degrade, flap, clear.
+"""Fault injection on one host's rail: down/up, blackhole, degrade, lossy, flap, clear.
 
 r2cc_serve/testbed/faults.py says what the kinds are and how they are written; this is how the lab
 does them. Each fault acts on the host's own end of the rail (what a NIC or cable fault looks
@@ -15,7 +15,7 @@ from typing import Callable
 
 from r2cc_serve.testbed.lab import netns, shaping, state
 from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.nft_rules import blackhole_script
+from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_script, lossy_script
 from r2cc_serve.util.rates import check_rate
 from r2cc_serve.testbed.lab.netns import LabError
 
@@ -75,8 +75,11 @@ def blackhole(t: Target) -> None:
     t.record("blackhole")
 
 
-def remove_blackhole(t: Target) -> None:
-    netns.nft(t.ns, blackhole_script(t.layout, t.rail, on=False))
+def lossy(t: Target, loss_pct: float) -> None:
+    """Drop loss_pct percent of the rail's packets each way, at random: the link stays up and
+    most packets pass, so only TCP's retransmissions (and their timeouts) show it."""
+    netns.nft(t.ns, lossy_script(t.layout, t.rail, loss_pct))
+    t.record("lossy", loss_pct)
 
 
 def degrade(t: Target, rate: str) -> None:
@@ -86,8 +89,8 @@ def degrade(t: Target, rate: str) -> None:
 
 
 def clear(t: Target, lab_rate: str | None) -> None:
-    """Undo every fault on host's rail: no blackhole, link up, the lab's original shaping."""
-    remove_blackhole(t)
+    """Undo every fault on host's rail: no blackhole or loss, link up, the lab's original shaping."""
+    netns.nft(t.ns, clear_script(t.layout, t.rail))
     netns.ip(t.ns, "link", "set", t.dev, "up")
     shaping.set_link_rate(t.layout, t.host, t.rail, lab_rate)
     t.forget()

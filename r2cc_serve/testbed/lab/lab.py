@@ -143,7 +143,8 @@ class Lab:
 
     def fault(self, host: int, rail: int, kind: str, arg=None, *, background: bool = False,
               progress: inject.Progress | None = None) -> threading.Thread | None:
-        """Inject (or undo) a fault on host's end of rail; arg: degrade's rate, flap's (period_ms, count)."""
+        """Inject (or undo) a fault on host's end of rail; arg: degrade's rate, lossy's percentage,
+        flap's (period_ms, count)."""
         return self.inject(_lab_spec(kind, host, rail, arg), background=background, progress=progress)
 
     def inject(self, spec: FaultSpec, *, background: bool = False,
@@ -178,6 +179,8 @@ class Lab:
             inject.clear(target, self.rate)
         elif spec.kind == "degrade":
             inject.degrade(target, spec.rate)
+        elif spec.kind == "lossy":
+            inject.lossy(target, spec.loss_pct)
         elif background:  # only flap is left
             thread = inject.FlapThread(target, spec.period_ms, spec.count, progress)
             thread.start()
@@ -218,6 +221,8 @@ def _lab_spec(kind: str, host: int, rail: int, arg) -> FaultSpec:
         raise LabError(f"unknown fault kind {kind!r}: use one of {', '.join(_LAB_DOES)}")
     if kind == "degrade":
         return FaultSpec(kind, host, rail, rate=arg)
+    if kind == "lossy":
+        return FaultSpec(kind, host, rail, loss_pct=arg)
     if kind == "flap":
         try:
             period_ms, count = arg

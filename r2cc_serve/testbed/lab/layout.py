@@ -94,6 +94,9 @@ class Layout:
     def blackhole_table(self, k: int) -> str:
         return f"{self.prefix}_blackhole_rail{k}"
 
+    def lossy_table(self, k: int) -> str:
+        return f"{self.prefix}_lossy_rail{k}"
+
     # --- addresses ---
     @property
     def _octets(self) -> tuple[int, int]:

@@ -66,6 +66,7 @@ def _link_entry(layout: Layout, i: int, k: int, ifaces: dict, qdiscs: dict, tabl
         "egress_shaping": shaping.describe(qdiscs.get(dev, {})),
         "ingress_shaping": shaping.describe(towards_host),
         "blackhole": layout.blackhole_table(k) in tables,
+        "lossy": layout.lossy_table(k) in tables,
     }
 
 

@@ -29,7 +29,7 @@ from typing import Callable
 
 from r2cc_serve.testbed.faults import FaultSpec, parse_fault_text
 from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.nft_rules import blackhole_script
+from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_script, lossy_script
 from r2cc_serve.testbed.loadtest.linkops import LineReader, LinkSwitch, NftInNamespaces, TcSessions
 
 RT_PRIORITY = 50
@@ -42,10 +42,11 @@ class Step:
     """One kernel change or admin call at one moment: a flap is 2 x count steps."""
     entry: int          # index in the schedule
     at_s: float         # seconds after t0 it is due
-    kind: str           # down, up, blackhole, clear, degrade, all-down, drain, undrain, failover, restore
+    kind: str           # down, up, blackhole, clear, degrade, lossy, all-down, drain, undrain, failover, restore
     host: int
     rail: int | None
     rate: str | None = None
+    loss_pct: float | None = None
     label: str = ""     # what a person reads: "down h0 rail1", "flap 2/50 up h0 rail1"
 
 
@@ -61,7 +62,8 @@ def expand(entries: list[FaultSpec]) -> list[Step]:
                 steps.append(Step(n, base, "down", spec.host, spec.rail, label=f"flap {i + 1}/{spec.count} down {target}"))
                 steps.append(Step(n, base + half, "up", spec.host, spec.rail, label=f"flap {i + 1}/{spec.count} up {target}"))
         else:
-            steps.append(Step(n, spec.after_s, spec.kind, spec.host, spec.rail, spec.rate, f"{spec.action} {target}"))
+            steps.append(Step(n, spec.after_s, spec.kind, spec.host, spec.rail, spec.rate, spec.loss_pct,
+                              f"{spec.action} {target}"))
     return sorted(steps, key=lambda s: (s.at_s, s.entry))
 
 
@@ -91,6 +93,9 @@ class Actor:
         if step.kind == "blackhole":
             self.nft.run(self.layout.host_ns(step.host), blackhole_script(self.layout, step.rail, on=True))
             return None, ""
+        if step.kind == "lossy":
+            self.nft.run(self.layout.host_ns(step.host), lossy_script(self.layout, step.rail, step.loss_pct))
+            return None, f"{step.loss_pct:g}% loss"
         if step.kind == "degrade":
             self._shape(step.host, step.rail, step.rate)
             self.degraded.add((step.host, step.rail))
@@ -114,7 +119,7 @@ class Actor:
     def _clear(self, host: int, rail: int | None) -> Callable[[], bool]:
         checks = []
         for k in (range(self.layout.rails) if rail is None else [rail]):
-            self.nft.run(self.layout.host_ns(host), blackhole_script(self.layout, k, on=False))
+            self.nft.run(self.layout.host_ns(host), clear_script(self.layout, k))
             checks.append(self._link(host, k, up=True))
             if (host, k) in self.degraded:
                 self._shape(host, k, self.rate)

@@ -167,6 +167,21 @@ def test_blackhole_drops_both_ways_and_clear_restores(lab2):
     assert not link(lab2.status(), 0, 2)["blackhole"] and lab2.status()["faults"] == []
 
 
+def test_lossy_drops_a_share_of_packets_both_ways_and_clear_restores(lab2):
+    lab2.fault(0, 1, "lossy", 50)
+    st = lab2.status()
+    assert link(st, 0, 1)["lossy"] and link(st, 0, 1)["link_up"] and not link(st, 0, 2)["lossy"]
+    assert kinds(st, 0, 1) == {"lossy": 50.0}
+    # 50% each way: an echo and its reply both pass a quarter of the time
+    answered = sum(reachable(lab2, 0, 1, 1, 0.05) for _ in range(200))
+    assert 20 <= answered <= 90, answered
+    lab2.fault(0, 1, "lossy", 0.5)  # replaced, not added to
+    assert kinds(lab2.status(), 0, 1) == {"lossy": 0.5}
+    lab2.fault(0, 1, "clear")
+    assert all(reachable(lab2, 0, 1, 1) for _ in range(10))
+    assert not link(lab2.status(), 0, 1)["lossy"] and lab2.status()["faults"] == []
+
+
 def test_degrade_changes_tbf_both_ways_and_clear_restores(lab2):
     lab2.fault(1, 3, "degrade", "10mbit")
     st = lab2.status()
@@ -321,5 +336,5 @@ def test_input_parsers():
     assert [parse_rail(x) for x in ("2", "rail5")] == [2, 5]
     assert check_rate("1Gbit") == "1gbit" and check_rate("2.5gbit") == "2.5gbit"
     for bad in ("", "1", "gbit", "0mbit", "1 gbit", "-1mbit"):
-        with pytest.raises(LabError):
+        with pytest.raises(UserError, match="is not valid"):
             check_rate(bad)

@@ -37,7 +37,8 @@ def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
         {"at": 2.0, "do": "h1:3:up"},
         # a host at half bandwidth: four rate changes due at once (a tc process each took 180 ms here)
         *[{"at": 2.2, "do": f"h0:{k}:degrade:500mbit"} for k in range(4)],
-        *[{"at": 2.5, "do": f"h0:{k}:clear"} for k in range(4)]])
+        *[{"at": 2.5, "do": f"h0:{k}:clear"} for k in range(4)],
+        {"at": 2.6, "do": "h1:2:lossy:5"}, {"at": 3.0, "do": "h1:2:clear"}])
     with lab_session(2, 4, "1gbit", prefix=PREFIX, state=f"/run/r2cc-lab/{PREFIX}-state.json") as lab:
         with FaultController(lab) as ctl:
             assert ctl.priority.startswith("SCHED_FIFO")
@@ -52,13 +53,17 @@ def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
             assert "250Mbit" in netns.tc(lab.host_ns(1), "qdisc", "show", "dev", "rail3")
             time.sleep(t0 + 2.35 - time.monotonic())
             assert all("500Mbit" in netns.tc(lab.host_ns(0), "qdisc", "show", "dev", f"rail{k}") for k in range(4))
+            time.sleep(t0 + 2.8 - time.monotonic())
+            tables = netns.nft_tables(lab.host_ns(1))
+            assert any(name.endswith("lossy_rail2") for _, name in tables), tables
             steps, outcome = ctl.wait(10)
         assert outcome == "finished" and not [s for s in steps if s["error"]]
-        assert len(steps) == 2 + 2 + 2 + 8 + 1 + 4 + 8
+        assert len(steps) == 2 + 2 + 2 + 8 + 1 + 4 + 8 + 2
         # the target: every step in effect within 100 ms of its time (on an idle box far less)
         assert max(s["done"] - s["due"] for s in steps) < 0.1, [(s["label"], s["done"] - s["due"]) for s in steps]
         assert all(_link_state(lab, h, k) == "UP" for h in (0, 1) for k in range(4))
         assert not any("blackhole" in name for _, name in netns.nft_tables(lab.host_ns(0)))
+        assert not any("lossy" in name for _, name in netns.nft_tables(lab.host_ns(1)))
         assert "1Gbit" in netns.tc(lab.host_ns(1), "qdisc", "show", "dev", "rail3")
         layout = Layout(lab.prefix, lab.hosts, lab.rails)  # both ends of each rail back at the lab's rate
         assert all("1Gbit" in netns.tc(ns, "qdisc", "show", "dev", dev)
