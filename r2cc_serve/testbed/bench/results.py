@@ -38,8 +38,8 @@ def _first_error(entries: list[dict | None]) -> str | None:
 def summarize_measure(backend: str, op: str, world: int, size: int, entries: list[dict | None],
                       schedule: str | None = None) -> dict:
     """One results row from every rank's entry for one (size, group, r2cc schedule)."""
-    row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "p99_s": None, "max_s": None,
-           "iters": None, "busbw_GBps": None,
+    row = {"backend": backend, "bytes": size, "p50_s": None, "p90_s": None, "p99_s": None, "p999_s": None,
+           "max_s": None, "iters": None, "busbw_GBps": None,
            "cpu_s_per_GB": None, "correct": False, "bit_exact": False, "error": _first_error(entries)}
     if schedule:
         row["schedule"] = schedule
@@ -54,8 +54,8 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
     canonical = backend == "r2cc" and schedule not in PARTIAL_SUM_SCHEDULES
     correct = exact if canonical else all(e["close"] for e in entries)
     tx = np.sum(np.array([e["rail_tx_bytes"] for e in entries]), axis=0)
-    row.update(p50_s=p50, p90_s=p90, p99_s=float(np.percentile(per_iter, 99)), max_s=float(per_iter.max()),
-               iters=len(per_iter), busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
+    row.update(p50_s=p50, p90_s=p90, p99_s=tail(per_iter, 99), p999_s=tail(per_iter, 99.9),
+               max_s=float(per_iter.max()), iters=len(per_iter), hist=histogram(per_iter), busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
                cpu_s_per_GB=cpu_seconds_per_GB(entries, size),
                correct=bool(correct), bit_exact=bool(exact), max_err=max(e["max_err"] for e in entries),
                rail_tx_share=[round(float(x) / max(1.0, float(tx.sum())), 3) for x in tx],
@@ -68,6 +68,23 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
     return row
+
+
+# A percentile means something only with enough calls past it: p99 from 100 timed calls, p99.9
+# from 1000 (fewer: the row says "-", and the table says why).
+TAIL_MIN_ITERS = {99: 100, 99.9: 1000}
+
+
+def tail(times: np.ndarray, pct: float) -> float | None:
+    return float(np.percentile(times, pct)) if len(times) >= TAIL_MIN_ITERS[pct] else None
+
+
+def histogram(times: np.ndarray) -> dict[str, int]:
+    """Counts of call times in log-spaced bins, 10 a decade: {upper edge in seconds: count},
+    empty bins left out. Enough to redraw the distribution or merge launches later."""
+    edges = 10.0 ** (np.arange(-60, 21) / 10)  # 1 us .. 100 s
+    counts = np.histogram(np.clip(times, edges[0], edges[-1]), bins=edges)[0]
+    return {f"{hi:.3g}": int(c) for hi, c in zip(edges[1:], counts) if c}
 
 
 def mean_chunk_bytes(entries: list[dict]) -> int | None:
@@ -187,20 +204,24 @@ def table(report: dict) -> str:
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
              + ("+dirty csrc" if build.get("csrc_dirty") else "")
              + (f"  r2cc spin_us={report['spin_us']}" if report.get("spin_us") is not None else ""),
-             f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'p99 ms':>10} {'max ms':>10} {'busbw GB/s':>10} "
+             f"{'backend':14} {'bytes':>6} {'p50 ms':>10} {'p90 ms':>10} {'p99 ms':>10} {'p99.9 ms':>10} {'max ms':>10} "
+             f"{'busbw GB/s':>10} "
              f"{'CPU s/GB':>9} {'correct':>8} {'p50/r2cc':>8}  rails tx share"]
     for r in report["results"]:
         share = "/".join(f"{x * 100:.0f}" for x in r.get("rail_tx_share") or [])
         correct = ("exact" if r.get("bit_exact") else "yes") if r["correct"] else "NO"
         name = r["backend"] + (f":{r['schedule']}" if r.get("schedule") else "")
         lines.append(f"{name:14} {format_size(r['bytes']):>6} {_ms(r['p50_s']):>10} {_ms(r['p90_s']):>10} "
-                     f"{_ms(r.get('p99_s')):>10} {_ms(r.get('max_s')):>10} "
+                     f"{_ms(r.get('p99_s')):>10} {_ms(r.get('p999_s')):>10} {_ms(r.get('max_s')):>10} "
                      f"{_num(r['busbw_GBps'], '.3f'):>10} {_num(r.get('cpu_s_per_GB'), '.3g'):>9} {correct:>8} "
                      f"{_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
                      + (f"  mean chunk {r['mean_chunk_bytes'] / 1024:.0f}K" if r.get("mean_chunk_bytes") else "")
                      + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
                      + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
                         if r.get("failovers") or r.get("resent_bytes") else ""))
+    short = [f"p{p:g} needs {n} timed calls" for p, n in TAIL_MIN_ITERS.items() if report["iters"] < n]
+    if short:
+        lines.append(f"({'; '.join(short)} (--iters): '-' below that; the JSON keeps every row's histogram)")
     if report.get("schedules"):
         from r2cc_serve.testbed.bench.expect import schedule_table
         lines += ["", schedule_table(report)]

@@ -89,6 +89,20 @@ def test_iteration_time_is_the_slowest_rank():
     assert rows[1]["ratio_vs_r2cc"] == 2.0
 
 
+def test_tails_need_enough_calls_and_the_table_says_so():
+    slow_last = [0.001] * 999 + [0.5]
+    row = report.summarize_measure("r2cc", "all_reduce", 2, 1000, [_entry(slow_last), _entry(slow_last)])
+    assert row["p50_s"] == 0.001 and row["max_s"] == 0.5 and row["iters"] == 1000
+    assert row["p99_s"] == pytest.approx(0.001) and row["p999_s"] > 0.001  # the one slow call shows at p99.9
+    assert row["hist"] == {"0.00126": 999, "0.501": 1}
+    few = report.summarize_measure("r2cc", "all_reduce", 2, 1000, [_entry([0.001] * 50), _entry([0.001] * 50)])
+    assert few["p99_s"] is None and few["p999_s"] is None and few["max_s"] == 0.001
+    base = {"op": "all_reduce", "hosts": 2, "rails": 2, "rate": None, "mtu": 1500, "faults": []}
+    text = report.table(base | {"iters": 50, "results": [few | {"ratio_vs_r2cc": 1.0}]})
+    assert "p99.9 ms" in text and "p99 needs 100 timed calls; p99.9 needs 1000" in text
+    assert "needs" not in report.table(base | {"iters": 1000, "results": [row | {"ratio_vs_r2cc": 1.0}]})
+
+
 def test_cpu_seconds_per_GB_averages_the_ranks():
     a, b = _entry([1.0, 1.0]) | {"cpu_s": 0.5}, _entry([1.0, 1.0]) | {"cpu_s": 1.5}
     row = report.summarize_measure("mpi", "all_reduce", 2, 10**9, [a, b])
