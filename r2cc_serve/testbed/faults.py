@@ -253,11 +253,13 @@ def parse_fault_text(text: str, kinds: tuple[str, ...] = KINDS) -> FaultSpec:
     return parse_fault_words([kind, *m.group(4).split(":")[1:]], host, None if rail is None else int(rail), kinds)
 
 
-def parse_steady_fault(text: str, hosts: int, rails: int, label: str) -> FaultSpec:
-    """A STEADY_RAIL_FAULTS fault in the notation ('h3:2:down', 'h1:0:degrade:125mbit'), checked
-    against the lab's hosts and rails; errors start with ``label`` (the option that gave it)."""
+def parse_steady_fault(text: str, hosts: int, rails: int, label: str,
+                       kinds: tuple[str, ...] = STEADY_RAIL_FAULTS) -> FaultSpec:
+    """A fault of `kinds` (default STEADY_RAIL_FAULTS) in the notation ('h3:2:down',
+    'h1:0:degrade:125mbit'), checked against the lab's hosts and rails; errors start with
+    ``label`` (the option that gave it)."""
     with labelled(label):
-        return parse_fault_text(text.strip(), STEADY_RAIL_FAULTS).check_target(hosts, rails)
+        return parse_fault_text(text.strip(), kinds).check_target(hosts, rails)
 
 
 # --- schedules -----------------------------------------------------------------------------------

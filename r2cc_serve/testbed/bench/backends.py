@@ -65,6 +65,10 @@ class R2ccBackend:
     def plan_info(self) -> dict:
         return self.comm.plan_info()
 
+    def drain(self, rail: int) -> None:
+        """Take this rank's rail out of service (held for the launch: --hold-fault hH:R:drain)."""
+        self.comm.drain_rail(rail, force=True)
+
     def rail_states(self) -> list[tuple[int, int, str]]:
         return sorted((s["peer"], s["rail"], s["state"]) for s in self.comm.rail_stats())
 

@@ -53,8 +53,9 @@ def register(subparsers) -> None:
                         "the simulator's prediction and its ratio to builtin/direct")
     p.add_argument("--hold-fault", action="append", default=[], metavar="SPEC",
                    help="r2cc only: a lab fault held for the whole launch (set once the group is up), "
-                        "h<HOST>:<RAIL>:down|blackhole|degrade:RATE; e.g. two of h3's four rails down "
-                        "make h3 a straggler at beta 0.5")
+                        "h<HOST>:<RAIL>:down|blackhole|degrade:RATE|lossy:PCT, or drain (that host's rank "
+                        "drains the rail: the same rail out of service, to compare with); e.g. two of h3's "
+                        "four rails down make h3 a straggler at beta 0.5")
     p.add_argument("--followups", type=int, default=None,
                    help="ops run after the faulted one with the fault still active (default: one per rail)")
     p.add_argument("--fault-reps", type=int, default=1,

@@ -80,14 +80,19 @@ class HeldFaults:
     def poll(self) -> None:
         if self._injected or self.error or not self.holds or not self.store.check(["hold/req"]):
             return
+        drains = []
         for h in self.holds:
+            if h.fault.kind == "drain":  # an admin action: the rank of that host does it
+                drains.append([h.fault.host, h.fault.rail])
+                continue
             try:
                 self.lab.inject(h.fault)
                 self._injected.append(h)
             except Exception as exc:  # reported; the workers then measure without it
                 self.error = f"{h.text}: {type(exc).__name__}: {exc}"
                 print(f"[bench] held fault {self.error}", file=sys.stderr, flush=True)
-        self.store.set("hold/go", json.dumps({"held": [h.text for h in self._injected], "error": self.error}))
+        held = [h.text for h in self._injected] + [h.text for h in self.holds if h.fault.kind == "drain"]
+        self.store.set("hold/go", json.dumps({"held": held, "drains": drains, "error": self.error}))
 
     def finish(self) -> None:
         for h in self._injected:

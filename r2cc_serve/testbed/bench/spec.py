@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.testbed.lab import baselines
-from r2cc_serve.testbed.faults import RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
+from r2cc_serve.testbed.faults import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
 
 # Not a library: a plain TCP ring all_reduce over the same rails, no failover (bench/tcp_floor.py).
 FLOOR = "tcp-floor"
@@ -124,10 +124,15 @@ def parse_fault(text: str, hosts: int, rails: int) -> BenchFault:
     return BenchFault(text, fault, at)
 
 
+HOLD_KINDS = STEADY_RAIL_FAULTS + ("drain",)  # drain: the rank of that host drains the rail itself
+
+
 def parse_hold(text: str, hosts: int, rails: int) -> BenchFault:
-    """A fault held for the whole r2cc launch (set after the group is up): 'h3:2:down', 'h1:0:degrade:125mbit'."""
+    """A fault held for the whole r2cc launch (set after the group is up): 'h3:2:down',
+    'h1:0:degrade:125mbit', 'h0:1:lossy:1', or 'h0:1:drain' (the same rail out of service,
+    for comparison)."""
     text = text.strip()
-    return BenchFault(text, parse_steady_fault(text, hosts, rails, f"--hold-fault {text!r}"), 0.0)
+    return BenchFault(text, parse_steady_fault(text, hosts, rails, f"--hold-fault {text!r}", HOLD_KINDS), 0.0)
 
 
 def _parse_percent(text: str) -> float:

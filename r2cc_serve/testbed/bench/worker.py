@@ -143,6 +143,9 @@ class Worker:
             self.store.set("hold/req", "1")
         self.store.wait(["hold/go"], datetime.timedelta(seconds=self.cfg["startup_s"]))
         self.results["held"] = json.loads(self.store.get("hold/go"))
+        for host, rail in self.results["held"].get("drains", []):
+            if host == self.rank:
+                self.backend.drain(rail)
         time.sleep(SETTLE_S / 2)
         states, since, t0 = None, time.monotonic(), time.monotonic()
         while time.monotonic() - since < SETTLE_S and time.monotonic() - t0 < RECOVERY_WAIT_S:

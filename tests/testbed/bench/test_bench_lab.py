@@ -128,6 +128,17 @@ def test_r2cc_survives_a_rail_going_down(tmp_path):
     assert f["extra_s"] is not None and f["recovered"], f
 
 
+def test_held_drain_keeps_the_rail_idle_and_held_loss_is_exact(tmp_path):
+    rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "4K,1M", "--backend",
+                   "r2cc", "--iters", "30", "--warmup", "2", "--hold-fault", "h0:1:drain", timeout=120)
+    for r in rep["results"]:
+        assert r["correct"] and r["rail_tx_share"][1] < 0.01, r  # drained on both ranks' sides
+    assert rep["held_faults"] == ["h0:1:drain"]
+    rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "4K,1M", "--backend",
+                   "r2cc", "--iters", "30", "--warmup", "2", "--hold-fault", "h0:1:lossy:5", timeout=120)
+    assert all(r["bit_exact"] for r in rep["results"]), rep["results"]
+
+
 def test_gloo_under_a_blackhole_is_reported_not_hung(tmp_path):
     # gloo is fail-stop: some op after the fault times out (--fault-timeout), and the bench goes on.
     # The fault is on rail 0, the one rail gloo uses.
