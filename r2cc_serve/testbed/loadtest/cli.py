@@ -48,6 +48,8 @@ def _list(args) -> int:
 
     for sc in list_scenarios():
         faults = "; ".join(f"{s.after_s:g}s {s.notation}" for s in sc.schedule.entries)
+        if sc.reference.entries:
+            faults += " (against: " + "; ".join(f"{s.after_s:g}s {s.notation}" for s in sc.reference.entries) + ")"
         print(f"{sc.name:24} {','.join(sc.backends):26} {sc.shape:9} {faults}")
         if sc.description:
             print(f"{'':24} {sc.description.splitlines()[0]}")

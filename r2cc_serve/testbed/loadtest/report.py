@@ -126,7 +126,11 @@ def scenario_md(a: dict) -> str:
            f"{sc['rails']} rails at {sc['rate']}",
            f"- load: {load['dataset']} prompts, {load['input_len']} in / {load['output_len']} out tokens, {rate}, "
            f"seed {load['seed']}; {sc['method']['pairs']} pairs of rounds" + (" (--quick)" if sc.get("quick") else ""),
-           "- faults: " + ("; ".join(f"at {e['at']:g} s {e['do']}" for e in sc["schedule"]) or "none"), ""]
+           "- faults: " + ("; ".join(f"at {e['at']:g} s {e['do']}" for e in sc["schedule"]) or "none")]
+    if sc.get("reference"):
+        out.append("- reference rounds (the \"fault-free\" ones, which overheads compare against) hold: "
+                   + "; ".join(f"at {e['at']:g} s {e['do']}" for e in sc["reference"]))
+    out.append("")
     out += [f"![{os.path.basename(p)}]({p})" for p in a.get("figures", [])] + [""]
     for backend, b in a["backends"].items():
         out += backend_md(backend, b, sc)

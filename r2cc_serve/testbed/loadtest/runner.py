@@ -84,7 +84,7 @@ def _run_backend(sc: Scenario, backend: str, lab, model: str, raw: str, port: in
             entry["load"] = {"request_rate": rate, "concurrency": concurrency, "requests": num}
             deadline = _round_deadline(sc, num, rate, concurrency)
             plans = [RoundPlan(kind, pair, num, rate, concurrency, deadline,
-                               sc.schedule if kind == "fault" else FaultSchedule())
+                               sc.schedule if kind == "fault" else sc.reference)
                      for pair in range(1, sc.method.pairs + 1) for kind in ("free", "fault")]
             for n, plan in enumerate(plans, 1):
                 if not _ready_for_round(dep, backend, sc, entry, say, tag):
@@ -96,6 +96,8 @@ def _run_backend(sc: Scenario, backend: str, lab, model: str, raw: str, port: in
                 entry["rounds"].append(rnd.to_dict())
                 checkpoint()
                 say(f"{tag}: " + analysis.round_line(rnd))
+                if plan.kind == "free" and sc.reference.entries:
+                    _restore(lab, sc.reference, rnd, ctl, entry)
                 if plan.kind == "fault":
                     _restore(lab, sc.schedule, rnd, ctl, entry)
                     if rnd.ended != "completed" or any(f["kind"] == "node" for f in rnd.failures):

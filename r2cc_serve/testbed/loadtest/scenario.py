@@ -10,6 +10,8 @@
     faults:
       - {at: 12, do: h0:1:down}
       - {at: 22, do: h0:1:up}
+    reference_faults: []                    # optional: what the reference ("fault-free") rounds hold,
+                                            # e.g. the same rail drained, to set a lossy rail against
     quick: {load: {...}, faults: [...]}      # overrides for --quick (mappings merge, lists replace)
 
 Pure: parsing fails with a UserError naming the file and the key before anything starts.
@@ -37,7 +39,8 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 PERCENTILES = (50, 90, 99)
 _TARGET_KEY = re.compile(r"^(ttft|tpot|itl|e2el)_p(50|90|99)$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
-_TOP_KEYS = {"name", "description", "deployment", "lab", "load", "method", "targets", "faults", "quick"}
+_TOP_KEYS = {"name", "description", "deployment", "lab", "load", "method", "targets", "faults", "reference_faults",
+             "quick"}
 
 
 @dataclass(frozen=True)
@@ -92,15 +95,17 @@ class Scenario:
     method: Method
     schedule: FaultSchedule
     targets: dict[str, float] = field(default_factory=dict)  # "tpot_p99" -> 0.03 (largest overhead accepted)
+    reference: FaultSchedule = field(default_factory=FaultSchedule)  # held by the reference rounds
     quick: bool = False
 
     @property
     def schedule_end_s(self) -> float:
-        return max((s.after_s + s.duration_s for s in self.schedule.entries), default=0.0)
+        return max((s.after_s + s.duration_s for s in self.schedule.entries + self.reference.entries), default=0.0)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["schedule"] = self.schedule.to_list()
+        d["reference"] = self.reference.to_list()
         return d
 
 
@@ -150,7 +155,10 @@ def parse_scenario(doc, path: str = "scenario.yaml", quick: bool = False, overri
         rate = None if rate is None else check_rate(rate)
     with labelled("faults"):
         schedule = FaultSchedule.parse(doc.get("faults", []), "faults").check(hosts, rails, "faults")
-    admin = [s.notation for s in schedule.entries if s.is_admin]
+    with labelled("reference_faults"):
+        reference = FaultSchedule.parse(doc.get("reference_faults") or [], "reference_faults").check(
+            hosts, rails, "reference_faults")
+    admin = [s.notation for s in schedule.entries + reference.entries if s.is_admin]
     if admin and backends != ("r2cc",):
         raise UserError(f"faults {', '.join(admin)} go through r2cc's admin API, which vLLM's default backend "
                         "does not have: use `backends: [r2cc]`")
@@ -161,7 +169,7 @@ def parse_scenario(doc, path: str = "scenario.yaml", quick: bool = False, overri
     return Scenario(name=name, description=str(doc.get("description", "")).strip(), path=os.path.abspath(path),
                     shape=shape, backends=backends, vllm_args=tuple(_str_list(dep.get("vllm_args", []),
                                                                               "deployment.vllm_args")),
-                    hosts=hosts, rails=rails, rate=rate, load=load, method=method, schedule=schedule,
+                    hosts=hosts, rails=rails, rate=rate, load=load, method=method, schedule=schedule, reference=reference,
                     targets=targets, quick=quick)
 
 

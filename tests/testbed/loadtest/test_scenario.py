@@ -12,11 +12,11 @@ from r2cc_serve.errors import UserError
 from r2cc_serve.testbed.loadtest.scenario import list_scenarios, load_scenario, merge, parse_scenario, scenario_dir
 
 SHIPPED = {"rail-down-restore", "blackhole", "flap", "degrade", "drain-undrain", "two-rails-down",
-           "host-all-rails-down", "degraded-host"}
+           "host-all-rails-down", "degraded-host", "lossy-rail", "lossy-vs-drained"}
 BASE = {"load": {"concurrency": 2, "requests": 4}, "faults": [{"at": 1, "do": "h0:1:down"}, {"at": 2, "do": "h0:1:up"}]}
 
 
-def test_the_eight_shipped_scenarios_parse_plain_and_quick():
+def test_the_shipped_scenarios_parse_plain_and_quick():
     scenarios = list_scenarios()
     assert {s.name for s in scenarios} == SHIPPED
     for s in scenarios:
@@ -39,6 +39,18 @@ def test_every_shipped_comparison_runs_the_mptcp_baseline():
     for sc in list_scenarios():
         if sc.backends != ("r2cc",):
             assert "default-mptcp" in sc.backends and "default" in sc.backends, sc.name
+
+
+def test_reference_rounds_can_hold_faults_of_their_own():
+    s = load_scenario(os.path.join(scenario_dir(), "lossy-vs-drained.yaml"))
+    assert [x.notation for x in s.reference.entries] == ["h0:1:drain", "h0:1:undrain"]
+    assert [x.notation for x in s.schedule.entries] == ["h0:1:lossy:1", "h0:1:clear"]
+    assert s.to_dict()["reference"] == [{"at": 20.0, "do": "h0:1:drain"}, {"at": 40.0, "do": "h0:1:undrain"}]
+    assert parse_scenario(BASE).reference.entries == ()
+    with pytest.raises(UserError, match="backends: \\[r2cc\\]"):
+        parse_scenario({**BASE, "reference_faults": [{"at": 1, "do": "h0:1:drain"}]})
+    with pytest.raises(UserError, match="reference_faults entry 1"):
+        parse_scenario({**BASE, "reference_faults": [{"at": 1, "do": "h9:1:down"}]})
 
 
 def test_mptcp_and_rails_baselines_need_two_nodes():
