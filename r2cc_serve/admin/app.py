@@ -123,7 +123,7 @@ def create_app(source=None, token: str | None = None) -> FastAPI:
                   description="Rail health, drain and failover for an r2cc group; Prometheus metrics at /metrics.")
     app.include_router(build_router(state))
     registry = CollectorRegistry()
-    registry.register(R2CCCollector(state.view))
+    registry.register(R2CCCollector(state.view, mutations_enabled=state.token is not None))
     app.state.r2cc = state
 
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (r2cc_*)")

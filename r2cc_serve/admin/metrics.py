@@ -14,8 +14,9 @@ from r2cc_serve.admin.snapshot import STATE_ORDER
 
 
 class R2CCCollector:
-    def __init__(self, view):
+    def __init__(self, view, mutations_enabled: bool = True):
         self.view = view
+        self.mutations_enabled = mutations_enabled  # an admin token is configured where the API runs
 
     def describe(self):
         return []  # collected on demand; nothing to pre-register
@@ -48,13 +49,52 @@ class R2CCCollector:
             fails.add_metric(lv, r["failovers"])
             detect.add_metric(lv, r["detection_s"])
         yield from (up, state, bw, rtt, sent, recv, resent, fails, detect)
+        yield from self._hosts(snap)
         yield from self._peers(snap)
         yield self._durations(snap)
+        yield self._plans(snap)
+        token = GaugeMetricFamily("r2cc_admin_token_configured", "1 if drain/failover through this admin API "
+                                  "are possible (an admin token is configured), 0 if they are refused")
+        token.add_metric([], 1.0 if self.mutations_enabled else 0.0)
+        yield token
         health = GaugeMetricFamily("r2cc_health_status", "1 for the group's current health", labels=["status"])
         current = snap.health["status"]
         for s in ("ok", "degraded", "down"):
             health.add_metric([s], 1.0 if s == current else 0.0)
         yield health
+
+    @staticmethod
+    def _hosts(snap):
+        """Per host: how many data rails it has and how many carry traffic, and which rail is the
+        fallback (management network) rail, to join with the per-rail series."""
+        rails = GaugeMetricFamily("r2cc_host_rails", "data rails of the host (the fallback rail not counted)",
+                                  labels=["host"])
+        rails_up = GaugeMetricFamily("r2cc_host_rails_up", "data rails of the host that carry traffic (up or slow)",
+                                     labels=["host"])
+        fallback = GaugeMetricFamily("r2cc_rail_fallback", "1 for a fallback rail (management network): joins "
+                                     "with r2cc_rail_* on host and rail", labels=["host", "rail"])
+        hosts: dict[str, list[int]] = {}
+        for r in snap.rails:
+            if r["fallback"]:
+                fallback.add_metric([r["host"], str(r["rail"])], 1.0)
+                hosts.setdefault(r["host"], [0, 0])
+                continue
+            count = hosts.setdefault(r["host"], [0, 0])
+            count[0] += 1
+            count[1] += r["state"] in ("up", "slow")
+        for host, (n, n_up) in sorted(hosts.items()):
+            rails.add_metric([host], n)
+            rails_up.add_metric([host], n_up)
+        return rails, rails_up, fallback
+
+    @staticmethod
+    def _plans(snap):
+        info = GaugeMetricFamily("r2cc_plan_schedule", "1 for the all_reduce schedule setting each group runs "
+                                 "(R2CC_SCHEDULE or set_schedule; `auto` picks per size, see /r2cc/v1/plan)",
+                                 labels=["group", "schedule"])
+        for p in snap.plans():
+            info.add_metric([p["group"], p["schedule"]], 1.0)
+        return info
 
     @staticmethod
     def _peers(snap):

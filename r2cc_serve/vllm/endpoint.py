@@ -54,7 +54,8 @@ class R2CCAdminEndpoint:
         done = raise_process_priority(envs.get("R2CC_API_SERVER_NICE"))
         (log.warning if done.startswith("not changed") else log.info)("r2cc admin: API server priority: %s", done)
         self.state.view.source = VllmSource(engine_client)
-        compat.prometheus_registry().register(R2CCCollector(self.state.view))
+        compat.prometheus_registry().register(R2CCCollector(self.state.view,
+                                                            mutations_enabled=self.state.token is not None))
         # Poll from now on, so /metrics has the workers' rails before anyone calls /r2cc/v1.
         self.state.view.start(asyncio.get_running_loop())
         if self.state.token is None:

@@ -160,6 +160,11 @@ def test_admin_rails_actions_errors_metrics(admin):
     assert "r2cc_rail_failovers_total" in text and "r2cc_collective_duration_seconds_bucket" in text
     chunk = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('r2cc_peer_chunk_bytes{host="rank0"')]
     assert chunk and chunk[0] >= 16 << 10, text[:2000]  # what rank0 cuts its messages to rank1 into
+    # what alert rules and the dashboard join on (configs/prometheus, configs/grafana)
+    for line in ('r2cc_host_rails{host="rank0"} 3.0', 'r2cc_host_rails_up{host="rank1"} 3.0',
+                 "r2cc_admin_token_configured 1.0"):
+        assert line in text, (line, '|'.join(x for x in text.splitlines() if x.startswith(('r2cc_host', 'r2cc_rail_fallback', 'r2cc_admin'))))
+    assert 'r2cc_plan_schedule{group=' in text
 
     # `r2cc rails`: the same view in the terminal, as a client of this server
     table = _r2cc("rails", "--url", base)
