@@ -65,8 +65,8 @@ Transport::Chunk Transport::pop_live_chunk_locked(Peer& p) {
   return Chunk{};
 }
 
-std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
-                                   const std::function<bool()>& stale, size_t* done, bool may_block) {
+IoResult Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
+                                const std::function<bool()>& stale, size_t* done, bool may_block) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
   // (suspect) rail is still writing it: stop reading the caller's buffer then. A
   // copied message owns its bytes: it is always written out whole.
@@ -87,9 +87,9 @@ std::string Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeade
     nb -= skip - na;
     na = 0;
   }
-  std::string err = writev_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
-  if (err == "stopped" && !stale()) err = stopped_chunk_reason();
-  return err;
+  IoResult r = writev_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
+  if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
+  return r;
 }
 
 size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
@@ -136,7 +136,7 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
       c.acks_carried.pop_back();
     }
   } else {
-    fail_conn_locked(c, c.epoch.load(), send_failed(c, ""));
+    fail_conn_locked(c, c.epoch.load(), IoCause::kOther, send_failed(c, ""));
   }
   return sent;
 }
@@ -227,12 +227,12 @@ void Transport::writer_loop(Conn& c) {
       if (c.handoff && c.handoff->epoch == epoch) {  // finish the chunk a caller began (writing stays set)
         std::unique_ptr<Conn::Handoff> h = std::move(c.handoff);
         lk.unlock();
-        std::string err = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
+        IoResult r = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
         lk.lock();
         c.writing = false;
         finish_chunk_write_locked(h->chunk);
-        if (!err.empty()) {
-          fail_conn_locked(c, epoch, send_failed(c, err));
+        if (!r.ok()) {
+          fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
           break;
         }
         continue;
@@ -272,30 +272,30 @@ void Transport::writer_loop(Conn& c) {
       c.last_tx_ns = now;
       c.writing = true;
       lk.unlock();
-      std::string err;
+      IoResult r;
       // With a chunk attached the caller's buffer is pinned (active_writers) from here
       // on: give up as soon as its message is done elsewhere, even before the chunk.
       auto stale_or_done = [&] { return stale() || (chunk.msg && chunk.msg->done.load()); };
       if (chunk.msg && abort_reason.empty()) {
-        err = write_chunk(c, fd, frames, chunk, stale);
+        r = write_chunk(c, fd, frames, chunk, stale);
       } else {
         if (!frames.empty())
-          err = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
-                           sent_progress(c));
-        if (err.empty() && !abort_reason.empty()) {
+          r = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
+                         sent_progress(c));
+        if (r.ok() && !abort_reason.empty()) {
           FrameHeader ah = control_frame(FrameType::kAbort, 0, uint64_t(abort_kind),
                                       uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
-          err = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
+          r = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
         }
-        if (err == "stopped" && !stale()) err = stopped_chunk_reason();
-        if (err.empty() && chunk.msg) err = write_chunk(c, fd, tail, chunk, stale);
+        if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
+        if (r.ok() && chunk.msg) r = write_chunk(c, fd, tail, chunk, stale);
       }
       lk.lock();
       c.writing = false;
       if (chunk.msg) finish_chunk_write_locked(chunk);
-      if (err.empty() && chunk.msg && c.injected_failure_due()) err = "injected failure (test)";
-      if (!err.empty()) {
-        fail_conn_locked(c, epoch, send_failed(c, err));
+      if (r.ok() && chunk.msg && c.injected_failure_due()) r = IoResult::failure(IoCause::kOther, "injected failure (test)");
+      if (!r.ok()) {
+        fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
         break;
       }
     }

@@ -22,6 +22,11 @@ std::string secs(int64_t ns) {
   snprintf(buf, sizeof(buf), "%.1f", double(ns) * 1e-9);
   return buf;
 }
+// The peer's host answered for the connection, but no process holds it there: the host
+// refused the dial, reset the connection, or closed it without a goodbye.
+bool host_up_process_gone(IoCause cause) {
+  return cause == IoCause::kRefused || cause == IoCause::kReset || cause == IoCause::kEof;
+}
 }  // namespace
 
 void Transport::watchdog_loop() {
@@ -123,8 +128,8 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
                               std::to_string(pi.last_ack_recv_ms) + " ms (link down or blackholed)";
       // Suspect at once (its chunks move to the other rails, cheap and reversible); fail
       // the connection for good only when the path stays dead.
-      if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), why);
-      else suspect_conn_locked(c, why);
+      if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout, why);
+      else suspect_conn_locked(c, IoCause::kTimeout, why);
     } else if (c.suspect && c.last_rx_ns.load() > c.suspect_since_ns) {
       // Bytes came on it since it fell quiet: back in service without a reconnect. Not merely
       // "heard" (a stall of this process suspends judging, it is no sign of life): a watchdog kept
@@ -196,15 +201,13 @@ void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
 // ---- verdicts of a waiting collective -------------------------------------------------
 
 std::string Transport::no_path_error_locked(const Peer& p, ErrorKind* kind) const {
-  // A host that refuses or resets every connection is up; its r2cc process is not.
+  // A host that refuses, resets or closes every connection is up; its r2cc process is not.
   bool all_refused = true;
   std::string detail;
   for (auto& c : p.conns) {
     const std::string& e = c->st.last_error;
     detail += " rail" + std::to_string(c->rail) + ": " + (e.empty() ? rail_state_name(c->state) : e) + ";";
-    if (e.find("refused") == std::string::npos && e.find("closed by peer") == std::string::npos &&
-        e.find("reset") == std::string::npos)
-      all_refused = false;
+    if (!host_up_process_gone(c->last_cause)) all_refused = false;
   }
   const std::string where = "\nDetails: rank " + std::to_string(rank_) + " lost all " + std::to_string(num_rails()) +
                             " rails to rank " + std::to_string(p.rank) + " (" + detail + " )";

@@ -26,12 +26,11 @@ bool Transport::peer_has_path_locked(const Peer& p) const {
   return false;
 }
 
-void Transport::requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now) {
+void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now) {
   Peer& p = *peers_[c.peer];
   c.st.failovers++;
   counters_.failovers++;
-  c.st.last_error = reason;
-  c.st.last_error_time = unix_now();
+  c.note_error(cause, reason);
   c.st.last_detect_s = double(now - c.last_rx_ns.load()) * 1e-9;
   // Un-acknowledged chunks go back to the front of the queue, in order, for the
   // surviving rails; the receiver ignores whichever copy arrives second.
@@ -74,15 +73,15 @@ void Transport::drop_handoff_locked(Conn& c) {
   c.writing = false;  // nobody was writing: the writer had not taken it yet
 }
 
-void Transport::suspect_conn_locked(Conn& c, const std::string& reason) {
+void Transport::suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason) {
   if (c.suspect || !is_connected(c.state)) return;
   const int64_t now = now_ns();
   c.suspect = true;
   c.suspect_since_ns = now;
-  requeue_inflight_locked(c, reason, now);
+  requeue_inflight_locked(c, cause, reason, now);
 }
 
-void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason) {
+void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason) {
   if (c.epoch.load() != epoch || !is_connected(c.state)) return;
   // Shut the socket down before re-queueing: after this no byte of a re-queued
   // chunk can still leave through the dead connection.
@@ -94,10 +93,9 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, const std::string& rea
   const int64_t now = now_ns();
   c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
   if (c.suspect) {  // already counted and re-queued when it fell silent
-    c.st.last_error = reason;
-    c.st.last_error_time = unix_now();
+    c.note_error(cause, reason);
   } else {
-    requeue_inflight_locked(c, reason, now);
+    requeue_inflight_locked(c, cause, reason, now);
   }
   c.suspect = false;
   if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
@@ -114,8 +112,8 @@ void Transport::peer_closed_locked(Peer& p) {
     c->state = RailState::kDown;
     c->epoch++;
     drop_handoff_locked(*c);
-    c->st.last_error = "rank " + std::to_string(p.rank) + " closed its communicator";
-    c->st.last_error_time = unix_now();
+    // A goodbye: neither the path nor the peer's process failed (the peer is closed, not gone).
+    c->note_error(IoCause::kOther, "rank " + std::to_string(p.rank) + " closed its communicator");
   }
   p.wake_writers();
   notify_done_locked();

@@ -69,8 +69,8 @@ void Transport::handshake_incoming(int fd, int rail) {
   HelloListener hl{kFrameMagic, kProtocolVersion, {}};
   random_nonce(hl.nonce);
   HelloConnector hc{};
-  bool ok = write_full(fd, &hl, sizeof(hl), 20, timed_stop).empty() &&
-            read_full(fd, &hc, sizeof(hc), 20, timed_stop).empty() && hc.magic == kFrameMagic &&
+  bool ok = write_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() &&
+            read_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() && hc.magic == kFrameMagic &&
             hc.version == kProtocolVersion && hc.group_hash == group_hash_ && int(hc.rank) < world_ &&
             int(hc.rank) > rank_ && int(hc.rail) == rail &&
             hc.mac == handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
@@ -85,7 +85,7 @@ void Transport::handshake_incoming(int fd, int rail) {
     std::lock_guard<std::mutex> g(mu_);
     if (rail_held_[rail] || stopping_ || peers_[hc.rank]->closed) rep.status = uint32_t(HelloStatus::kRailHeld);
   }
-  if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).empty() || rep.status != uint32_t(HelloStatus::kOk)) {
+  if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).ok() || rep.status != uint32_t(HelloStatus::kOk)) {
     ::close(fd);
     return;
   }
@@ -133,20 +133,17 @@ bool Transport::try_connect(Conn& c) {
     ip = peer_addrs_[c.peer][c.rail].first;
     port = peer_addrs_[c.peer][c.rail].second;
   }
-  std::string err;
+  IoResult err;
   int fd = connect_to(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
-  auto note = [&](const std::string& e) {
+  // A failed handshake is no evidence about the peer's process: its cause is kOther.
+  auto note = [&](const std::string& e, IoCause cause = IoCause::kOther) {
     std::lock_guard<std::mutex> g(mu_);
     if (c.state == RailState::kRecovering) c.state = RailState::kDown;
-    if (c.state != RailState::kConnecting) {
-      c.st.last_error = "reconnect: " + e;
-      c.st.last_error_time = unix_now();
-    } else {
-      c.st.last_error = e;
-    }
+    if (c.state != RailState::kConnecting) c.note_error(cause, "reconnect: " + e);
+    else c.note_error(cause, e, /*stamp=*/false);  // first connects race the peers' listeners
   };
   if (fd < 0) {
-    note(err);
+    note(err.text(), err.cause);
     return false;
   }
   {
@@ -156,7 +153,7 @@ bool Transport::try_connect(Conn& c) {
   const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
   auto timed_stop = [&] { return stopping_.load() || now_ns() > deadline; };
   HelloListener hl{};
-  if (!read_full(fd, &hl, sizeof(hl), 20, timed_stop).empty() || hl.magic != kFrameMagic ||
+  if (!read_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() || hl.magic != kFrameMagic ||
       hl.version != kProtocolVersion) {
     ::close(fd);
     note("handshake: no valid greeting from rank " + std::to_string(c.peer));
@@ -166,8 +163,8 @@ bool Transport::try_connect(Conn& c) {
   random_nonce(hc.nonce);
   hc.mac = handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
   HelloReply rep{};
-  if (!write_full(fd, &hc, sizeof(hc), 20, timed_stop).empty() ||
-      !read_full(fd, &rep, sizeof(rep), 20, timed_stop).empty()) {
+  if (!write_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() ||
+      !read_full(fd, &rep, sizeof(rep), 20, timed_stop).ok()) {
     ::close(fd);
     note("handshake with rank " + std::to_string(c.peer) + " failed (wrong group secret or peer restarting)");
     return false;
@@ -189,7 +186,10 @@ void Transport::install(Conn& c, int fd) {
     ::close(fd);
     return;
   }
-  if (is_connected(c.state)) fail_conn_locked(c, c.epoch.load(), "replaced by a new connection from rank " + std::to_string(c.peer));
+  if (is_connected(c.state)) {
+    const std::string why = "replaced by a new connection from rank " + std::to_string(c.peer);
+    fail_conn_locked(c, c.epoch.load(), IoCause::kOther, why);
+  }
   if (c.fd >= 0 && c.fd_users[c.fd] == 0) {
     ::close(c.fd);
     c.fd_users.erase(c.fd);

@@ -33,6 +33,39 @@ int64_t now_ns() {
 
 std::string errno_str(int err) { return std::string(strerror(err)); }
 
+IoCause io_cause_of_errno(int err) {
+  switch (err) {
+    case ECONNREFUSED:
+      return IoCause::kRefused;
+    case ECONNRESET:
+    case ENETRESET:
+      return IoCause::kReset;
+    case ETIMEDOUT:
+      return IoCause::kTimeout;
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case ENETDOWN:
+    case EHOSTDOWN:
+      return IoCause::kUnreachable;
+    default:
+      return IoCause::kOther;
+  }
+}
+
+IoResult IoResult::sys_error(const std::string& call, int err) {
+  return {IoStatus::kError, io_cause_of_errno(err), err, call + ": " + errno_str(err)};
+}
+
+std::string IoResult::text() const {
+  switch (status) {
+    case IoStatus::kOk: return "";
+    case IoStatus::kStopped: return "stopped";
+    case IoStatus::kBlocked: return "blocked";
+    case IoStatus::kError: return detail;
+  }
+  return detail;
+}
+
 ScopedNetns::ScopedNetns(const std::string& path) {
   if (path.empty()) return;
   saved_fd_ = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -140,25 +173,27 @@ void tune_socket(int fd) {
   set_nonblocking(fd);
 }
 
-int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms, std::string* err) {
+int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms, IoResult* err) {
   sockaddr_in dst = make_addr(ip, port);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    *err = "socket(): " + errno_str(errno);
+    *err = IoResult::sys_error("socket()", errno);
     return -1;
   }
   if (!local_ip.empty()) {
     sockaddr_in src = make_addr(local_ip, 0);
     if (bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
-      *err = "bind " + local_ip + ": " + errno_str(errno);
+      const int e = errno;  // before building the text: an allocation may change errno
+      *err = IoResult::sys_error("bind " + local_ip, e);
       close(fd);
       return -1;
     }
   }
   tune_socket(fd);
+  const std::string where = "connect " + ip + ":" + std::to_string(port);
   int rc = connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst));
   if (rc != 0 && errno != EINPROGRESS) {
-    *err = "connect " + ip + ":" + std::to_string(port) + ": " + errno_str(errno);
+    *err = IoResult::sys_error(where, errno);
     close(fd);
     return -1;
   }
@@ -169,8 +204,9 @@ int connect_to(const std::string& local_ip, const std::string& ip, int port, int
     socklen_t len = sizeof(soerr);
     getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
     if (n <= 0 || soerr != 0) {
-      *err = "connect " + ip + ":" + std::to_string(port) + ": " +
-             (n <= 0 ? std::string("timed out after ") + std::to_string(timeout_ms) + " ms" : errno_str(soerr));
+      *err = n <= 0 ? IoResult::failure(IoCause::kTimeout,
+                                        where + ": timed out after " + std::to_string(timeout_ms) + " ms")
+                    : IoResult::sys_error(where, soerr);
       close(fd);
       return -1;
     }
@@ -178,29 +214,29 @@ int connect_to(const std::string& local_ip, const std::string& ip, int port, int
   return fd;
 }
 
-std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop) {
+IoResult read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop) {
   char* p = static_cast<char*>(buf);
   while (n > 0) {
-    if (should_stop && should_stop()) return "stopped";
+    if (should_stop && should_stop()) return IoResult::stopped();
     ssize_t r = recv(fd, p, n, 0);
     if (r > 0) {
       p += r;
       n -= size_t(r);
       continue;
     }
-    if (r == 0) return "connection closed by peer";
+    if (r == 0) return IoResult::eof();
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return "recv: " + errno_str(errno);
-    if (should_stop && should_stop()) return "stopped";
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return IoResult::sys_error("recv", errno);
+    if (should_stop && should_stop()) return IoResult::stopped();
     pollfd pf{fd, POLLIN, 0};
     poll(&pf, 1, poll_ms);
   }
-  return "";
+  return {};
 }
 
-std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
-                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress,
-                        size_t* sent) {
+IoResult writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
+                     const std::function<bool()>& should_stop, const std::function<void()>& on_progress,
+                     size_t* sent) {
   iovec iov[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
   int idx = 0;
   while (idx < 2) {
@@ -208,7 +244,7 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
       ++idx;
       continue;
     }
-    if (should_stop && should_stop()) return "stopped";
+    if (should_stop && should_stop()) return IoResult::stopped();
     msghdr msg{};
     msg.msg_iov = &iov[idx];
     msg.msg_iovlen = size_t(2 - idx);
@@ -229,17 +265,17 @@ std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t 
       continue;
     }
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return "send: " + errno_str(errno);
-    if (should_stop && should_stop()) return "stopped";
-    if (poll_ms == 0) return "blocked";
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return IoResult::sys_error("send", errno);
+    if (should_stop && should_stop()) return IoResult::stopped();
+    if (poll_ms == 0) return IoResult::blocked();
     pollfd pf{fd, POLLOUT, 0};
     poll(&pf, 1, poll_ms);
   }
-  return "";
+  return {};
 }
 
-std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
-                       const std::function<void()>& on_progress) {
+IoResult write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
+                    const std::function<void()>& on_progress) {
   return writev_full(fd, buf, n, nullptr, 0, poll_ms, should_stop, on_progress);
 }
 

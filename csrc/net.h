@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace r2cc {
 
@@ -35,28 +36,59 @@ std::string iface_ipv4(const std::string& ifname);
 // Listening TCP socket bound to ip:0 (non-blocking). Returns fd; *port gets the port.
 int listen_on(const std::string& ip, int* port);
 
-// Non-blocking connect from local_ip to ip:port within timeout_ms. Returns fd or -1
-// with *err describing why (for the rail's last_error).
-int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms,
-               std::string* err);
+// How an I/O helper ended. kStopped: should_stop() turned true; kBlocked: the socket took no
+// more and the caller asked not to wait; kError: the socket failed (see IoCause).
+enum class IoStatus : uint8_t { kOk, kStopped, kBlocked, kError };
+
+// Why a socket failed, decided where it failed: from errno, or from recv() returning 0 (kEof).
+// The detector reads it to tell a peer whose process is gone (its host refused, reset or
+// closed the connection) from a path that is down; nobody parses the text for it.
+enum class IoCause : uint8_t { kNone, kRefused, kReset, kEof, kTimeout, kUnreachable, kOther };
+IoCause io_cause_of_errno(int err);
+
+// The outcome of an I/O helper: a status, and for a failure its cause, errno and the text
+// users read in last_error and error messages (e.g. "recv: Connection reset by peer").
+struct IoResult {
+  IoStatus status = IoStatus::kOk;
+  IoCause cause = IoCause::kNone;
+  int err = 0;         // errno of a failed call (0 for EOF and for failures of our own)
+  std::string detail;  // kError only
+
+  bool ok() const { return status == IoStatus::kOk; }
+  // For messages only: "" when ok, "stopped", "blocked", or the failure's detail.
+  std::string text() const;
+
+  static IoResult stopped() { return {IoStatus::kStopped, IoCause::kNone, 0, {}}; }
+  static IoResult blocked() { return {IoStatus::kBlocked, IoCause::kNone, 0, {}}; }
+  static IoResult eof() { return {IoStatus::kError, IoCause::kEof, 0, "connection closed by peer"}; }
+  // A system call failed: "<call>: <strerror>", the cause from errno.
+  static IoResult sys_error(const std::string& call, int err);
+  // A failure this side decided on (a corrupt frame, an abandoned chunk, a test injection).
+  static IoResult failure(IoCause cause, std::string detail) {
+    return {IoStatus::kError, cause, 0, std::move(detail)};
+  }
+};
+
+// Non-blocking connect from local_ip to ip:port within timeout_ms. Returns fd, or -1 with
+// *err saying why (its text goes to the rail's last_error, its cause to the detector).
+int connect_to(const std::string& local_ip, const std::string& ip, int port, int timeout_ms, IoResult* err);
 
 // Sets the data-socket options every rail uses (nodelay, non-blocking, user timeout, a fixed
 // send buffer of kSendBufferBytes).
 constexpr int kSendBufferBytes = 4 << 20;
 void tune_socket(int fd);
 
-// Reads/writes exactly n bytes on a non-blocking fd. Polls in slices of
-// poll_ms and gives up when should_stop() turns true or on socket error.
-// Returns "" on success, otherwise a description of the failure.
-std::string read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop);
+// Reads/writes exactly n bytes on a non-blocking fd. Polls in slices of poll_ms and gives
+// up when should_stop() turns true (kStopped) or on a socket error or EOF (kError).
+IoResult read_full(int fd, void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop);
 // `on_progress` (if given) runs after every send call that moved bytes.
-std::string write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
-                       const std::function<void()>& on_progress = nullptr);
-// With `sent` given, *sent counts the bytes written (of a, then b); poll_ms 0 returns "blocked"
+IoResult write_full(int fd, const void* buf, size_t n, int poll_ms, const std::function<bool()>& should_stop,
+                    const std::function<void()>& on_progress = nullptr);
+// With `sent` given, *sent counts the bytes written (of a, then b); poll_ms 0 returns kBlocked
 // at the first moment the socket takes no more, instead of waiting.
-std::string writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
-                        const std::function<bool()>& should_stop, const std::function<void()>& on_progress = nullptr,
-                        size_t* sent = nullptr);
+IoResult writev_full(int fd, const void* a, size_t na, const void* b, size_t nb, int poll_ms,
+                     const std::function<bool()>& should_stop, const std::function<void()>& on_progress = nullptr,
+                     size_t* sent = nullptr);
 
 // What the kernel knows of a connection's path (TCP_INFO): segments sent but not yet
 // acknowledged by the peer's kernel, and how long ago the last ACK came. A stopped peer

@@ -74,7 +74,8 @@ void Transport::failover_rail(int rail, bool force) {
   std::lock_guard<std::mutex> g(mu_);
   if (!force) check_last_rail_locked(rail, "fail over");
   rail_held_[rail] = true;
-  for (auto [p, c] : conns_on_rail_locked(rail)) fail_conn_locked(*c, c->epoch.load(), "operator failover");
+  for (auto [p, c] : conns_on_rail_locked(rail))
+    fail_conn_locked(*c, c->epoch.load(), IoCause::kOther, "operator failover");
 }
 
 void Transport::check_conn(int peer, int rail) const {

@@ -174,27 +174,27 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   lk.unlock();
   auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
   size_t done = 0;
-  std::string err = write_chunk(c, fd, frames, chunk, stale, &done, /*may_block=*/false);
+  IoResult r = write_chunk(c, fd, frames, chunk, stale, &done, /*may_block=*/false);
   lk.lock();
-  if (err == "blocked" && c.epoch.load() == epoch) {
+  if (r.status == IoStatus::kBlocked && c.epoch.load() == epoch) {
     // The room check counts payload, the kernel counts buffer overhead too: when the socket
     // fills up mid-chunk, the rail's writer finishes it. (A caller blocked here while driving
     // read nobody's acks: at 4 hosts a rail fault then took 400 ms instead of 60 to fail over.)
     c.handoff.reset(new Conn::Handoff{epoch, std::move(frames), chunk, done});
     counters_.handoffs++;
     c.cv.notify_one();
-    err.clear();
+    r = IoResult{};
   } else {
     c.writing = false;
     finish_chunk_write_locked(chunk);
   }
   release_fd_locked(c, fd);
-  if (err.empty() && mode == InlineSend::kRefill && c.injected_failure_due()) err = "injected failure (test)";
-  if (!err.empty())
-    fail_conn_locked(c, epoch, send_failed(c, err));
+  if (r.ok() && mode == InlineSend::kRefill && c.injected_failure_due())
+    r = IoResult::failure(IoCause::kOther, "injected failure (test)");
+  if (!r.ok()) fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
   // Wake this peer's writers only when one may have work that waited for the socket (a
   // kIfRoom or kRefill caller wakes the ones it needs once, after its last chunk).
-  if (!err.empty() || (!if_room && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
+  if (!r.ok() || (!if_room && !p.queue.empty()) || !c.ctrl.empty() || !c.ctrl_abort.empty())
     p.wake_writers();
   return true;
 }

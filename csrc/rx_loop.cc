@@ -33,6 +33,12 @@ constexpr int kIdleWaitMs = 100;
 // A caller that stopped driving this long ago is not coming back soon: the receive thread
 // takes over (acks, heartbeats, control frames and early data do not wait longer than this).
 constexpr int64_t kRxReadmitNs = 10000000;
+
+// The parser's word on a complete frame ("" or why it is corrupt) as an I/O result: a corrupt
+// frame leaves the stream out of step, so the rail fails as on a socket error.
+IoResult frame_verdict(std::string bad) {
+  return bad.empty() ? IoResult{} : IoResult::failure(IoCause::kOther, std::move(bad));
+}
 }  // namespace
 
 void Transport::rx_start_locked(Conn& c, int fd) {
@@ -223,12 +229,12 @@ void Transport::rx_handle(RxStream& s) {
     if (s.epoch != c.epoch.load()) return rx_retire_locked(s);
     s.busy = true;
   }
-  std::string err;
+  IoResult err;
   size_t budget = kRxBudgetBytes;
   bool drained = false;
   // The budget bounds what is read from the socket, never what is already staged: staged
   // bytes get no epoll event, so the stream must not be re-armed before they are parsed.
-  while (err.empty() && !stopping_.load() && c.epoch.load() == s.epoch) {
+  while (err.ok() && !stopping_.load() && c.epoch.load() == s.epoch) {
     char* at = nullptr;
     size_t want = 0;
     switch (s.phase) {
@@ -257,7 +263,7 @@ void Transport::rx_handle(RxStream& s) {
       std::memcpy(at + s.have, s.stage.get() + s.stage_pos, k);
       s.stage_pos += k;
       s.have += k;
-      if (s.have == want) err = rx_frame_done(s);
+      if (s.have == want) err = frame_verdict(rx_frame_done(s));
       continue;
     }
     // A short read drained the socket: stop here rather than pay a recv that says EAGAIN
@@ -277,19 +283,20 @@ void Transport::rx_handle(RxStream& s) {
         continue;
       }
       s.have += size_t(r);
-      if (s.have == want) err = rx_frame_done(s);
+      if (s.have == want) err = frame_verdict(rx_frame_done(s));
       continue;
     }
-    if (r == 0) err = "connection closed by peer";
+    if (r == 0) err = IoResult::eof();
     else if (errno == EINTR) continue;
     else if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    else err = "recv: " + errno_str(errno);
+    else err = IoResult::sys_error("recv", errno);
   }
   std::unique_lock<std::mutex> lk(mu_);
   s.busy = false;
-  if (!err.empty())
-    fail_conn_locked(c, s.epoch,
-                     "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed: " + err);
+  if (!err.ok())
+    fail_conn_locked(c, s.epoch, err.cause,
+                     "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
+                         " failed: " + err.text());
   if (stopping_) return;
   Peer& p = *peers_[c.peer];
   if (s.epoch != c.epoch.load()) {

@@ -38,11 +38,10 @@
 
 #include "call.h"
 #include "errors.h"
+#include "net.h"
 #include "protocol.h"
 
 namespace r2cc {
-
-struct PathInfo;  // net.h
 
 // Every option once: (type, name, default). The struct and its Python binding are generated
 // from this list; r2cc_serve/envs.py names the R2CC_* knob of each (the communicator copies
@@ -246,10 +245,11 @@ class Transport {
   void install(Conn& c, int fd);
 
   // failover.cc: acting on a failed or quiet rail: its un-acked chunks go back to the queue.
-  void fail_conn_locked(Conn& c, uint64_t epoch, const std::string& reason);  // no-op if epoch moved on
-  void suspect_conn_locked(Conn& c, const std::string& reason);
+  // `cause` is kept beside the reason's text on the Conn (Conn::note_error): the detector reads it.
+  void fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason);  // no-op if epoch moved on
+  void suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason);
   void drop_handoff_locked(Conn& c);  // the socket is gone: a chunk handed to its writer is let go
-  void requeue_inflight_locked(Conn& c, const std::string& reason, int64_t now);
+  void requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now);
   void peer_closed_locked(Peer& p);
   bool peer_has_link_locked(const Peer& p) const;
   bool peer_has_path_locked(const Peer& p) const;
@@ -359,10 +359,11 @@ class Transport {
   static constexpr int kChunkTimeMs = 8;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
   // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes;
-  // blocks, lock free; "" or why it failed.
+  // blocks, lock free. A write the caller's own stop cut short (the chunk was delivered
+  // elsewhere, the group aborted) is a failure of cause kOther: the stream is mid-frame.
   // *done (if given): bytes of frames + payload written before (in) and after (out) the call;
-  // without may_block it returns "blocked" when the socket takes no more.
-  std::string write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
+  // without may_block it returns kBlocked when the socket takes no more.
+  IoResult write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                           const std::function<bool()>& stale, size_t* done = nullptr, bool may_block = true);
   // Moves owed acks into `frames` (at most `max_total` frames in all); returns how many.
   size_t take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,

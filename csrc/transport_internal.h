@@ -4,9 +4,16 @@
 #include <time.h>
 
 #include "messages.h"
+#include "net.h"
 #include "transport.h"
 
 namespace r2cc {
+
+inline double unix_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
 
 inline bool is_connected(RailState s) {
   return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained;
@@ -74,6 +81,14 @@ struct Transport::Conn {
   int64_t last_echoed_ns = 0;  // the peer's clock on the last heartbeat we echoed (the stream's owner only)
   // stats
   ConnStats st;
+  // Why the connection last failed (st.last_error is the same in words, for people): the
+  // detector reads this to tell a peer whose process is gone from a path that is down.
+  IoCause last_cause = IoCause::kNone;
+  void note_error(IoCause cause, const std::string& text, bool stamp = true) {
+    last_cause = cause;
+    st.last_error = text;
+    if (stamp) st.last_error_time = unix_now();
+  }
   int64_t busy_since_ns = 0;  // inflight went non-empty
   int64_t busy_ns = 0;
   uint64_t busy_periods = 0;  // times inflight went non-empty
@@ -145,11 +160,5 @@ struct Transport::Peer {
     while (done_above.count(done_floor)) done_above.erase(done_floor++);
   }
 };
-
-inline double unix_now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
 
 }  // namespace r2cc
