@@ -13,15 +13,22 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-# mptcpize: the MPTCP baselines (gloo-mptcp, default-mptcp) run under its preload library
+# mptcpize: the MPTCP baselines (gloo-mptcp, default-mptcp) run under its preload library.
+# prometheus: its promtool checks the alert rules, and its server scrapes a live deployment in
+# the tests (installed without its recommended exporters; no service is started here).
 APT_PKGS=(iproute2 nftables procps openmpi-bin libopenmpi-dev g++ make mptcpize)
-missing=()
-for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
+APT_PKGS_NO_RECOMMENDS=(prometheus)
+apt_install() {  # apt_install [--no-install-recommends] PKG...: those not yet installed
+  local opts=() missing=()
+  [ "$1" = --no-install-recommends ] && { opts=("$1"); shift; }
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
   step "apt: installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+  [ -n "${APT_UPDATED:-}" ] || { apt-get update -qq; APT_UPDATED=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
+}
+apt_install "${APT_PKGS[@]}"
+apt_install --no-install-recommends "${APT_PKGS_NO_RECOMMENDS[@]}"
 
 PY=${PYTHON:-python3}
 source scripts/pip_quiet.sh
