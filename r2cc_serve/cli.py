@@ -21,6 +21,7 @@ _SUBCOMMANDS = [
     "r2cc_serve.testbed.model.cli",
     "r2cc_serve.testbed.serving.cli",
     "r2cc_serve.testbed.loadtest.cli",
+    "r2cc_serve.testbed.observe.run",
 ]
 
 

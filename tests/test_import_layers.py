@@ -25,7 +25,7 @@ LAYERS = [
     ("r2cc_serve.testbed", "r2cc_serve.testbed.faults", "r2cc_serve.testbed.lab"),
     ("r2cc_serve.testbed.model",),
     ("r2cc_serve.testbed.bench", "r2cc_serve.testbed.serving"),
-    ("r2cc_serve.testbed.loadtest",),
+    ("r2cc_serve.testbed.loadtest", "r2cc_serve.testbed.observe"),
     ("r2cc_serve.cli", "r2cc_serve.knobs_cli"),
 ]
 RUNTIME_TOP = 5  # layers 0..5 ship to a serving fleet; the test bed starts above
