@@ -105,9 +105,6 @@ class R2ccBackend:
         return sorted({f"rail{s['rail']}: {s['last_error']} (detected after {s['last_detect_s'] * 1e3:.0f} ms)"
                        for s in self.comm.rail_stats() if s["last_error"]})
 
-    def rails_up(self) -> bool:
-        return all(s["state"] == "up" for s in self.comm.rail_stats())
-
     def detection(self, rail: int) -> dict:
         """How the failure of `rail` was seen: slowest detection over the connections that failed
         since the last call (the worker calls it before and after a fault; a connection that did
@@ -143,8 +140,8 @@ class _PeerBackend:
     def rail_errors(self) -> list[str]:
         return []
 
-    def rails_up(self) -> bool:
-        return True
+    def rail_states(self) -> list:
+        return []  # no rails of its own to report: always "as before"
 
 
 class GlooBackend(_PeerBackend):

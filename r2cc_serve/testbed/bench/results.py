@@ -256,7 +256,7 @@ def table(report: dict) -> str:
                          f"{f['resent_bytes']:>10}  "
                          + "; ".join(notes))
         lines.append("extra ms: the faulted op beyond `base ms` (see baseline=); vs free: beyond the backend's own "
-                     "fault-free p50 on every rail, the same yardstick for every backend")
+                     "fault-free p50 in this launch, the same yardstick for every backend")
     return "\n".join(lines)
 
 

@@ -137,11 +137,15 @@ class Bench:
         tasks = [{"kind": "measure", "size": s, "schedules": self.o.schedules if backend == "r2cc" else []}
                  for s in self.o.sizes]
         fault_tasks = []
+        # With held faults or a schedule list the faulted call runs a planned path on a degraded
+        # group: a group on one rail fewer plans differently, so it is no baseline; the faulted
+        # call is set against the fault-free call of the same plan instead.
+        same_plan = bool(self.o.holds or self.o.schedules)
         if backend == "r2cc":
             n, measured = 0, set()
             for spec in self.o.faults:
                 rail = spec.fault.rail
-                if rail not in measured:  # the R-1 rail baseline, once per failed rail
+                if rail not in measured and not same_plan:  # the R-1 rail baseline, once per failed rail
                     measured.add(rail)
                     tasks += [{"kind": "baseline", "size": s, "exclude_rail": rail} for s in self.o.sizes]
                 for s in self.o.sizes:
@@ -157,15 +161,30 @@ class Bench:
         faults, reps = [], self.o.fault_reps
         for i in range(0, len(fault_tasks), reps):
             t = fault_tasks[i]
-            rail = t["spec"]["fault"]["rail"]
-            base = rep.summarize_measure(backend, self.o.op, self.o.hosts, t["size"],
-                                         self._entries(per_rank, "baseline", t["size"], rail=rail))
+            if same_plan:
+                base_s, kind = self._same_plan_p50(results, t["size"])
+            else:
+                base = rep.summarize_measure(backend, self.o.op, self.o.hosts, t["size"],
+                                             self._entries(per_rank, "baseline", t["size"], rail=t["spec"]["fault"]["rail"]))
+                base_s, kind = base["p50_s"], f"r2cc on {self.o.rails - 1} rails"
             rows = [rep.summarize_fault(backend, t["spec"]["text"], t["size"],
                                         self._entries(per_rank, "fault", t["size"], n=u["n"]),
-                                        ctl.injected.get(u["n"]), base["p50_s"], f"r2cc on {self.o.rails - 1} rails")
+                                        ctl.injected.get(u["n"]), base_s, kind)
                     for u in fault_tasks[i:i + reps]]
             faults.append(rep.merge_reps(rows))
         return results, faults
+
+    def _same_plan_p50(self, results: list[dict], size: int) -> tuple[float | None, str]:
+        """The fault-free p50 of what a faulted r2cc call runs: the configured schedule
+        (R2CC_SCHEDULE, `auto` unless set), measured in the same launch with the held faults."""
+        configured = envs.get("R2CC_SCHEDULE")
+        rows = [r for r in results if r["bytes"] == size and r["backend"] == "r2cc"]
+        row = next((r for r in rows if r.get("schedule") == configured), None) or \
+            next((r for r in rows if not r.get("schedule")), None)
+        if row is None:
+            return None, f"none: add {configured} to --schedule to measure the faulted call's own plan fault-free"
+        held = " with the held faults" if self.o.holds else ""
+        return row["p50_s"], f"r2cc fault-free, same plan ({row.get('schedule') or configured}){held}"
 
     def _fault_launches(self, backend: str, results: list[dict]) -> list[dict]:
         out = []

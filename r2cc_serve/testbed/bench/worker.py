@@ -267,6 +267,7 @@ class Worker:
         self.backend.barrier()
         self.watchdog.disarm()
         resent0 = self.backend.resent_bytes()
+        states0 = self.backend.rail_states()  # recovered means: back to these (held faults stay)
         rail = task["spec"]["fault"]["rail"]
         detect0 = self.backend.detection(rail) if hasattr(self.backend, "detection") else None
         delay = task.get("delay_s")
@@ -319,9 +320,9 @@ class Worker:
         # The parent clears the fault; wait until every rail is back before the next task.
         self.store.wait([f"fault/{n}/cleared"], datetime.timedelta(seconds=limit + 30))
         t0 = time.monotonic()
-        while not self.backend.rails_up() and time.monotonic() - t0 < RECOVERY_WAIT_S:
+        while self.backend.rail_states() != states0 and time.monotonic() - t0 < RECOVERY_WAIT_S:
             time.sleep(0.02)
-        entry.update(recovered=self.backend.rails_up(), recover_s=time.monotonic() - t0)
+        entry.update(recovered=self.backend.rail_states() == states0, recover_s=time.monotonic() - t0)
         self.watchdog.arm(limit, "barrier after recovery did not finish")
         self.backend.barrier()
         self.watchdog.disarm()

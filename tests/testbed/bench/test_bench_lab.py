@@ -139,6 +139,18 @@ def test_held_drain_keeps_the_rail_idle_and_held_loss_is_exact(tmp_path):
     assert all(r["bit_exact"] for r in rep["results"]), rep["results"]
 
 
+def test_a_fault_beside_a_held_one_is_set_against_the_same_plan_and_recovers(tmp_path):
+    # A rail held down for the launch stays down: "recovered" means back to the state before the
+    # fault, and the baseline is the fault-free call with the held fault, not a group on fewer rails.
+    rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "3", "--rate", "100mbit", "--sizes", "4M", "--backend", "r2cc",
+                   "--iters", "3", "--warmup", "1", "--hold-fault", "h1:2:down", "--fault", "h0:1:down@30%",
+                   "--followups", "1", timeout=150)
+    (f,) = rep["faults"]
+    (r,) = rep["results"]
+    assert f["completed"] and f["bit_exact"] and f["recovered"], f
+    assert f["baseline"].startswith("r2cc fault-free, same plan") and f["baseline_s"] == r["p50_s"], f
+
+
 def test_gloo_under_a_blackhole_is_reported_not_hung(tmp_path):
     # gloo is fail-stop: some op after the fault times out (--fault-timeout), and the bench goes on.
     # The fault is on rail 0, the one rail gloo uses.
