@@ -126,19 +126,23 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
   if (lead.magic == kFrameMagic) frames.push_back(lead);
   const size_t acks = take_acks_locked(c, p, frames, now, (room - kSlack) / sizeof(FrameHeader));
   if (frames.empty()) return 1;
-  const int sent = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
-  if (sent == 1) {
+  const IoResult r = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
+  if (r.ok()) {
     c.last_tx_ns = now;
     c.note_tx(now, int64_t(opt_.rail_timeout_ms) * 1000000 / 2);
-  } else if (sent == 0) {  // nothing left: the acks go back in front, in order
+    return 1;
+  }
+  if (r.status == IoStatus::kBlocked) {  // nothing left: the acks go back in front, in order
     for (size_t i = frames.size(); i-- > frames.size() - acks;) {
       p.acks.push_front(c.acks_carried.back().second);
       c.acks_carried.pop_back();
     }
-  } else {
-    fail_conn_locked(c, c.epoch.load(), IoCause::kOther, send_failed(c, ""));
+    return 0;
   }
-  return sent;
+  // The message names no reason (as before); the cause still tells the detector what happened:
+  // a heartbeat to a peer whose process died is often the first write to meet the reset.
+  fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, ""));
+  return -1;
 }
 
 // ---- writer ----------------------------------------------------------------

@@ -39,6 +39,7 @@ IoCause io_cause_of_errno(int err) {
       return IoCause::kRefused;
     case ECONNRESET:
     case ENETRESET:
+    case EPIPE:  // a send after the peer's host reset the connection (whose error was taken)
       return IoCause::kReset;
     case ETIMEDOUT:
       return IoCause::kTimeout;
@@ -291,11 +292,12 @@ int send_space(int fd, int size) {
   return (size > 0 ? size : send_buffer_size(fd)) - queued;
 }
 
-int send_small_nonblocking(int fd, const void* buf, size_t n) {
+IoResult send_small_nonblocking(int fd, const void* buf, size_t n) {
   ssize_t w = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (w == ssize_t(n)) return 1;
-  if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-  return -1;
+  if (w == ssize_t(n)) return {};
+  if (w >= 0) return IoResult::failure(IoCause::kOther, "partial write");  // the stream is mid-frame
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return IoResult::blocked();
+  return IoResult::sys_error("send", errno);
 }
 
 std::string raise_thread_priority() {

@@ -113,9 +113,9 @@ std::string raise_thread_priority();
 // Free space in the socket's send buffer (0 on error).
 int send_space(int fd, int size = 0);  // size: the socket's SO_SNDBUF if known (saves a call)
 int send_buffer_size(int fd);  // SO_SNDBUF: the limit on bytes queued in the socket
-// Writes a small buffer without blocking. Returns 1 if all of it went out, 0 if none
-// did (buffer full; nothing written), -1 on a socket error or a partial write.
-int send_small_nonblocking(int fd, const void* buf, size_t n);
+// Writes a small buffer without blocking: kOk when all of it went out, kBlocked when none did
+// (buffer full; nothing written), kError on a socket error or a partial write (kOther).
+IoResult send_small_nonblocking(int fd, const void* buf, size_t n);
 
 std::string errno_str(int err);
 
