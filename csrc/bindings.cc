@@ -40,6 +40,9 @@ PYBIND11_MODULE(_C, m) {
       .value("f32", DType::kF32).value("f16", DType::kF16).value("bf16", DType::kBF16)
       .value("i32", DType::kI32).value("i64", DType::kI64);
   py::enum_<RedOp>(m, "RedOp").value("sum", RedOp::kSum).value("max", RedOp::kMax).value("min", RedOp::kMin);
+  // Every kind by the name AbortedError.kind and Transport.error_kind() give as a string.
+  py::enum_<ErrorKind> kinds(m, "ErrorKind");
+  for_each_error_kind([&](ErrorKind k, const char* name) { kinds.value(name, k); });
 
   auto options = py::class_<TransportOptions>(m, "TransportOptions").def(py::init<>());
   std::vector<std::string> option_names;

@@ -77,22 +77,4 @@ bool calls_match(uint64_t seq_a, const CallDesc& a, uint64_t seq_b, const CallDe
   return seq_a == seq_b && a.pack() == b.pack();
 }
 
-const char* error_kind_name(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::kNone: return "none";
-    case ErrorKind::kRailsDown: return "rails_down";
-    case ErrorKind::kPeerStalled: return "peer_stalled";
-    case ErrorKind::kPeerGone: return "peer_gone";
-    case ErrorKind::kCallMismatch: return "call_mismatch";
-    case ErrorKind::kTimeout: return "timeout";
-    case ErrorKind::kClosed: return "closed";
-    case ErrorKind::kAborted: return "aborted";
-  }
-  return "aborted";
-}
-
-ErrorKind error_kind_from_wire(uint64_t v) {
-  return v >= 1 && v <= 7 ? ErrorKind(v) : ErrorKind::kAborted;
-}
-
 }  // namespace r2cc

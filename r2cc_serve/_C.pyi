@@ -4,7 +4,18 @@ from enum import Enum
 from typing import ClassVar
 
 class AbortedError(RuntimeError):
-    kind: str  # rails_down, peer_stalled, peer_gone, call_mismatch, timeout, closed, aborted
+    kind: str  # the name of an ErrorKind other than none
+
+class ErrorKind(Enum):
+    """Why a group failed (csrc/errors.h); r2cc_serve.comm.errors maps each name to an exception."""
+    none: ErrorKind
+    rails_down: ErrorKind
+    peer_stalled: ErrorKind
+    peer_gone: ErrorKind
+    call_mismatch: ErrorKind
+    timeout: ErrorKind
+    closed: ErrorKind
+    aborted: ErrorKind
 
 class LastRailError(RuntimeError): ...
 
@@ -98,7 +109,7 @@ class Transport:
     def inject_full_socket(self, peer: int, rail: int) -> None: ...
     def abort(self, reason: str) -> None: ...
     def error(self) -> str: ...
-    def error_kind(self) -> str: ...
+    def error_kind(self) -> str: ...  # an ErrorKind's name
     def stats(self) -> list[ConnStats]: ...
     def peer_stats(self) -> list[PeerStats]: ...
     def counters(self) -> Counters: ...
