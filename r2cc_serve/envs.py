@@ -162,6 +162,13 @@ _knob("R2CC_CONTROL", True, _bool,
       "Each communicator runs a control agent (rail state, drain/failover) and writes a status file.")
 _knob("R2CC_STATUS_DIR", "/tmp/r2cc-status", str,
       "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address).")
+_knob("R2CC_STATE_DIR", "", str,
+      "Where each host keeps the drains and failovers operators made through the admin API "
+      "(<group>@<host>.json, with reason, token fingerprint and time), so that a restarted group "
+      "comes up with the same rails out of service. Empty (default): kept in memory only, since "
+      "groups with the same name (tests, a second deployment) must not inherit each other's "
+      "drains. To turn it on, set it on every host to a directory that outlives the process, "
+      "e.g. /var/lib/r2cc, one per deployment.")
 _knob("R2CC_CONTROL_HOST", "", str,
       "Address the control agent binds to; empty = VLLM_HOST_IP if set, else 127.0.0.1.")
 _knob("R2CC_HOST_LABEL", "", str,

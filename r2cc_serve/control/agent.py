@@ -10,7 +10,13 @@ file on the host, or vLLM's own worker RPC).
     POST /rails/<rail>/<action>[?force=1] -> action in drain, undrain, failover, restore; the reply
                                             carries the state sampled right after it. Without force,
                                             drain and failover of a peer's last healthy rail answer
-                                            409 and change nothing (checked and done as one step)
+                                            409 and change nothing (checked and done as one step).
+                                            Optional JSON body {"reason": text, "by": fingerprint}:
+                                            a drain or failover is recorded with them (the monitor's
+                                            DecisionStore), an undrain or restore clears the record
+
+At start the agent applies the decisions recorded for this group on this host (R2CC_STATE_DIR),
+so a restarted rank keeps the rails the operator took out of service.
 
 HTTP/1.1 with keep-alive: the admin view polls every rank a few times a second, and a new
 TCP connection per poll costs both sides more than the answer itself.
@@ -27,6 +33,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from r2cc_serve import envs
+from r2cc_serve.health.decisions import BY_MAX_CHARS, CLEARS, ENDED_BY, KINDS, REASON_MAX_CHARS, check_text, describe
 from r2cc_serve.util.priority import raise_thread_priority
 
 log = logging.getLogger("r2cc_serve.health")
@@ -53,16 +60,18 @@ class ControlAgent:
             def log_message(self, *args):  # keep worker logs clean
                 pass
 
-            def _drain_body(self) -> None:
-                """Read a request body nobody needs, so the next request on the connection parses."""
+            def _drain_body(self) -> bytes:
+                """Read the request body (also one nobody needs, so the next request on the
+                connection parses)."""
                 try:
                     n = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
                     n = -1
                 if 0 < n <= 1 << 16:
-                    self.rfile.read(n)
-                elif n:  # absurd or unreadable: answer, then drop the connection
+                    return self.rfile.read(n)
+                if n:  # absurd or unreadable: answer, then drop the connection
                     self.close_connection = True
+                return b""
 
             def _reply(self, code: int, body: dict) -> None:
                 data = json.dumps(body).encode()
@@ -97,15 +106,25 @@ class ControlAgent:
                     self._reply(404, {"detail": f"no route {self.path}"})
 
             def do_POST(self):
-                self._drain_body()
+                body = self._drain_body()
                 if self._refused() or not self._authorized():
                     return
                 m = _RAIL_ACTION.match(self.path)
                 if not m:
                     self._reply(404, {"detail": f"no route {self.path}"})
                     return
-                code, body = agent.act(int(m.group(1)), m.group(2), force=m.group(3) != "?force=0")
-                self._reply(code, body)
+                try:
+                    note = json.loads(body) if body else {}
+                    if not isinstance(note, dict):
+                        raise ValueError("the body must be a JSON object")
+                    reason = check_text(note.get("reason"), REASON_MAX_CHARS, "reason")
+                    by = check_text(note.get("by"), BY_MAX_CHARS, "by")
+                except ValueError as exc:
+                    self._reply(422, {"detail": str(exc)})
+                    return
+                code, reply = agent.act(int(m.group(1)), m.group(2), force=m.group(3) != "?force=0",
+                                        reason=reason, by=by)
+                self._reply(code, reply)
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
@@ -120,21 +139,50 @@ class ControlAgent:
         self.server.serve_forever()
 
     def start(self) -> "ControlAgent":
+        self.apply_recorded_decisions()
         self._thread.start()
         return self
+
+    def apply_recorded_decisions(self) -> None:
+        """Drain or fail over, with force, the rails the operator took out of service before this
+        rank started (the monitor's DecisionStore), each with one log line saying who, when and why."""
+        m, store = self.monitor, self.monitor.decisions
+        held = {r["rail"] for r in self.comm.rail_stats() if r["held"]}
+        where = f"recorded in {store.path}" if store.path else "recorded in memory"
+        for rail, kinds in sorted(store.by_rail().items()):
+            for kind in KINDS:
+                d = kinds.get(kind)
+                if d is None:
+                    continue
+                if not 0 <= rail < self.comm.num_rails:
+                    log.error("r2cc: %s rank %d: recorded %s of rail%d ignored: this rank has rails 0..%d (%s)",
+                              m.group, m.rank, kind, rail, self.comm.num_rails - 1, where)
+                    continue
+                if kind == "failover" and rail in held:
+                    continue  # already out (control restarted in the same process)
+                try:
+                    getattr(self.comm, f"{kind}_rail")(rail, force=True)
+                except Exception as exc:
+                    log.error("r2cc: %s rank %d: could not re-apply %s: %s", m.group, m.rank, describe(rail, kind, d), exc)
+                    continue
+                log.warning("r2cc: %s rank %d on %s: re-applied %s (%s; %s it through the admin API to end it)",
+                            m.group, m.rank, m.host, describe(rail, kind, d), where, ENDED_BY[kind])
 
     def state(self, fresh: bool = False) -> dict:
         snap = dict(self.monitor.refresh_now() if fresh else self.monitor.snapshot())
         snap.pop("agent_token", None)
         return snap
 
-    def act(self, rail: int, action: str, force: bool = True) -> tuple[int, dict]:
+    def act(self, rail: int, action: str, force: bool = True, reason: str | None = None,
+            by: str | None = None) -> tuple[int, dict]:
+        """Do `action` on `rail` of this rank; a drain or failover is recorded with reason and by
+        (who: a token fingerprint), an undrain or restore clears the record."""
         from r2cc_serve.errors import LastRailError
 
         if not 0 <= rail < self.comm.num_rails:
             return 404, {"detail": f"no rail {rail}: this rank has rails 0..{self.comm.num_rails - 1}"}
         try:
-            if action in ("drain", "failover"):
+            if action in KINDS:
                 getattr(self.comm, f"{action}_rail")(rail, force=force)
             else:
                 getattr(self.comm, f"{action}_rail")(rail)
@@ -142,9 +190,30 @@ class ControlAgent:
             return 409, {"detail": str(exc)}
         except Exception as exc:  # e.g. the group was aborted: say so instead of dropping the connection
             return 500, {"detail": f"{action} of rail{rail} failed on rank {self.monitor.rank}: {exc}"}
+        not_kept = self._remember(rail, action, reason, by)
         state = self.state(fresh=True)  # the outcome, so the admin view needs no second round trip
-        log.warning("r2cc: operator %s of rail%d on %s rank %d", action, rail, self.monitor.group, self.monitor.rank)
-        return 200, {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True, "state": state}
+        log.warning("r2cc: operator %s of rail%d on %s rank %d%s%s", action, rail, self.monitor.group, self.monitor.rank,
+                    f" by {by}" if by else "", f": {reason}" if reason else "")
+        reply = {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True, "state": state}
+        if not_kept:
+            reply["warning"] = not_kept
+        return 200, reply
+
+    def _remember(self, rail: int, action: str, reason: str | None, by: str | None) -> str:
+        """Record (drain, failover) or clear (undrain, restore) the decision; why it could not be
+        kept on disk, or ""."""
+        store = self.monitor.decisions
+        try:
+            if action in KINDS:
+                store.record(rail, action, reason, by)
+            else:
+                store.clear(rail, CLEARS[action])
+        except OSError as exc:
+            why = (f"{action} of rail{rail} done on rank {self.monitor.rank} but not recorded in {store.path} "
+                   f"({exc.strerror or exc}): a restart will not {'keep' if action in KINDS else 'end'} it")
+            log.error("r2cc: %s", why)
+            return why
+        return ""
 
     def stop(self) -> None:
         self.stopped = True

@@ -2,7 +2,8 @@
 
 A `RailMonitor` samples one communicator's per-connection stats, turns state changes
 into events (also logged), summarises health (ok / degraded / down) and keeps
-`<status_dir>/<group>-rank<r>.json` current for tools on the same host.
+`<status_dir>/<group>-rank<r>.json` current for tools on the same host. It also holds the
+operator's decisions for this group on this host (health/decisions.py) and shows each rail's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 
 from r2cc_serve.health import loglines
+from r2cc_serve.health.decisions import DecisionStore, describe
 from r2cc_serve.health.liveness import process_identity
 from r2cc_serve import envs
 from r2cc_serve.util.priority import raise_thread_priority
@@ -36,8 +38,9 @@ def summarize(rails: list[dict], error: str, peers: list[dict] = ()) -> tuple[st
                            "while its host kept acknowledging (the network is fine; rails stay up)")
     for r in rails:
         if not r.get("fallback") and r["state"] != "up":
-            reasons.append(f"rail{r['rail']} to rank {r['peer']} is {r['state']}"
-                           + (f" ({r['last_error']})" if r["last_error"] and r["state"] == "down" else ""))
+            why = "; ".join(describe(r["rail"], d["action"], d) for d in r.get("decisions", ()))
+            why = why or (r["last_error"] if r["last_error"] and r["state"] == "down" else "")
+            reasons.append(f"rail{r['rail']} to rank {r['peer']} is {r['state']}" + (f" ({why})" if why else ""))
     primaries_down = {r["peer"] for r in rails if not r.get("fallback")} - {
         r["peer"] for r in rails if not r.get("fallback") and r["state"] in ("up", "draining", "drained")}
     for peer in sorted(primaries_down):
@@ -47,7 +50,8 @@ def summarize(rails: list[dict], error: str, peers: list[dict] = ()) -> tuple[st
 
 class RailMonitor:
     def __init__(self, comm, group: str, rank: int, node: int, status_dir: str | None, interval_s: float,
-                 host: str, extra: dict | None = None):
+                 host: str, extra: dict | None = None, state_dir: str | None = None):
+        """state_dir: where operator decisions are kept (None: R2CC_STATE_DIR; "": in memory only)."""
         self.comm, self.group, self.rank, self.node, self.host = comm, group, rank, node, host
         self.interval_s = interval_s
         self.extra = dict(extra or {})  # e.g. the control agent's address and token
@@ -59,6 +63,7 @@ class RailMonitor:
         self._lock = threading.Lock()
         self._sample_lock = threading.Lock()  # the thread and operator actions both sample
         self.status_path = None
+        self.decisions = DecisionStore(envs.get("R2CC_STATE_DIR") if state_dir is None else state_dir, group, host)
         if status_dir:
             os.makedirs(status_dir, mode=0o700, exist_ok=True)
             if os.stat(status_dir).st_uid == os.getuid():
@@ -69,6 +74,7 @@ class RailMonitor:
         self._thread = threading.Thread(target=self._run, name=f"r2cc-monitor-{group}", daemon=True)
 
     def start(self) -> "RailMonitor":
+        self.refresh_now()  # the status file at once, with what the agent applied at its start
         self._thread.start()
         return self
 
@@ -78,6 +84,9 @@ class RailMonitor:
 
     def _sample(self) -> dict:
         rails = self.comm.rail_stats()
+        decided = self.decisions.by_rail()
+        for r in rails:
+            r["decisions"] = [{"action": kind, **d} for kind, d in decided.get(r["rail"], {}).items()]
         error = self.comm.error()
         now = time.time()
         changed = []
