@@ -16,6 +16,24 @@ template <typename T>
 T* ptr(uintptr_t p) {
   return reinterpret_cast<T*>(p);
 }
+
+// A stats class from its struct's field list (stats.h): a read-only attribute per field, FIELDS
+// (the names, in the list's order) and as_dict() (what r2cc_serve/comm/communicator.py returns).
+template <typename S>
+void bind_stats(py::module_& m, const char* name) {
+  py::class_<S> cls(m, name);
+  std::vector<std::string> names;
+  S::each_field([&](const char* field, auto member) {
+    cls.def_readonly(field, member);
+    names.push_back(field);
+  });
+  cls.attr("FIELDS") = py::cast(names);
+  cls.def("as_dict", [](const S& s) {
+    py::dict d;
+    S::each_field([&](const char* field, auto member) { d[field] = s.*member; });
+    return d;
+  });
+}
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -53,48 +71,9 @@ PYBIND11_MODULE(_C, m) {
 #undef R2CC_OPTION_BINDING
   options.attr("FIELDS") = py::cast(option_names);  // in declaration order, for r2cc_serve.envs to check against
 
-  py::class_<ConnStats>(m, "ConnStats")
-      .def_readonly("peer", &ConnStats::peer)
-      .def_readonly("rail", &ConnStats::rail)
-      .def_readonly("state", &ConnStats::state)
-      .def_readonly("held", &ConnStats::held)
-      .def_readonly("fallback", &ConnStats::fallback)
-      .def_readonly("bytes_sent", &ConnStats::bytes_sent)
-      .def_readonly("bytes_recv", &ConnStats::bytes_recv)
-      .def_readonly("chunks_sent", &ConnStats::chunks_sent)
-      .def_readonly("chunks_resent", &ConnStats::chunks_resent)
-      .def_readonly("bytes_resent", &ConnStats::bytes_resent)
-      .def_readonly("failovers", &ConnStats::failovers)
-      .def_readonly("reconnects", &ConnStats::reconnects)
-      .def_readonly("inflight_bytes", &ConnStats::inflight_bytes)
-      .def_readonly("bandwidth_Bps", &ConnStats::bandwidth_Bps)
-      .def_readonly("rtt_s", &ConnStats::rtt_s)
-      .def_readonly("suspect_after_s", &ConnStats::suspect_after_s)
-      .def_readonly("last_detect_s", &ConnStats::last_detect_s)
-      .def_readonly("last_error", &ConnStats::last_error)
-      .def_readonly("last_error_time", &ConnStats::last_error_time);
-
-  py::class_<PeerStats>(m, "PeerStats")
-      .def_readonly("peer", &PeerStats::peer)
-      .def_readonly("stalled", &PeerStats::stalled)
-      .def_readonly("stalled_for_s", &PeerStats::stalled_for_s)
-      .def_readonly("stalls", &PeerStats::stalls)
-      .def_readonly("last_stall_s", &PeerStats::last_stall_s)
-      .def_readonly("silent_s", &PeerStats::silent_s)
-      .def_readonly("has_path", &PeerStats::has_path)
-      .def_readonly("closed", &PeerStats::closed)
-      .def_readonly("chunk_bytes", &PeerStats::chunk_bytes);
-
-  py::class_<Counters>(m, "Counters")
-      .def_readonly("rejected_handshakes", &Counters::rejected_handshakes)
-      .def_readonly("failovers", &Counters::failovers)
-      .def_readonly("chunks_resent", &Counters::chunks_resent)
-      .def_readonly("bytes_resent", &Counters::bytes_resent)
-      .def_readonly("spin_hits", &Counters::spin_hits)
-      .def_readonly("spin_misses", &Counters::spin_misses)
-      .def_readonly("handoffs", &Counters::handoffs)
-      .def_readonly("hedges", &Counters::hedges)
-      .def_readonly("writer_chunks", &Counters::writer_chunks);
+  bind_stats<ConnStats>(m, "ConnStats");
+  bind_stats<PeerStats>(m, "PeerStats");
+  bind_stats<Counters>(m, "Counters");
 
   using gil = py::call_guard<py::gil_scoped_release>;
   py::class_<Transport>(m, "Transport")

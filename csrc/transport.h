@@ -40,6 +40,7 @@
 #include "errors.h"
 #include "net.h"
 #include "protocol.h"
+#include "stats.h"
 
 namespace r2cc {
 
@@ -81,47 +82,6 @@ struct TransportOptions {
 // (failure) -> kRecovering (probe connected, handshaking) -> kUp.
 enum class RailState { kConnecting, kUp, kDraining, kDrained, kDown, kRecovering };
 const char* rail_state_name(RailState s);
-
-struct ConnStats {
-  int peer = -1;
-  int rail = -1;
-  std::string state;
-  bool held = false;  // operator failover: not re-admitted until restore_rail
-  bool fallback = false;  // a fallback rail (e.g. the management network)
-  uint64_t bytes_sent = 0, bytes_recv = 0, chunks_sent = 0, chunks_resent = 0, bytes_resent = 0;
-  uint64_t failovers = 0, reconnects = 0;
-  uint64_t inflight_bytes = 0;
-  double bandwidth_Bps = 0, rtt_s = 0;
-  double last_detect_s = 0;  // how long the last failure took to detect (silence before it)
-  double suspect_after_s = 0;  // how long this rail may now be quiet before it is suspect
-  std::string last_error;
-  double last_error_time = 0;  // unix seconds
-};
-
-// What this rank knows of a peer as a whole (not per rail).
-struct PeerStats {
-  int peer = -1;
-  bool stalled = false;      // every rail silent while its host still acknowledges our bytes
-  double stalled_for_s = 0;  // how long the current stall has lasted (0 when not stalled)
-  uint64_t stalls = 0;       // stalls seen so far
-  double last_stall_s = 0;   // duration of the last stall that ended
-  double silent_s = 0;       // time since any byte came from the peer on any rail
-  bool has_path = true;      // some rail to the peer is connected and not suspect
-  bool closed = false;       // the peer closed its communicator (said goodbye): its rails' downs are no fault
-  uint64_t chunk_bytes = 0;  // chunk size of the next bulk message to the peer (sized to its slowest rail)
-};
-
-struct Counters {
-  uint64_t rejected_handshakes = 0;
-  uint64_t failovers = 0;
-  uint64_t chunks_resent = 0;
-  uint64_t bytes_resent = 0;
-  uint64_t spin_hits = 0;    // waits that spun and got their bytes without sleeping
-  uint64_t spin_misses = 0;  // waits that spun for nothing, then slept
-  uint64_t handoffs = 0;     // inline writes that filled the socket: the rail's writer finished the chunk
-  uint64_t hedges = 0;       // hedge copies written (a small message's second copy, on another rail)
-  uint64_t writer_chunks = 0;  // data chunks a rail's writer thread wrote (the rest left from a caller)
-};
 
 struct OutMsg;
 struct InMsg;
@@ -203,6 +163,7 @@ class Transport {
   char* scratch(size_t bytes);
   static constexpr size_t kMaxKeptScratch = size_t(128) << 20;
 
+  // Copies taken under the lock (stats.h lists the fields).
   std::vector<ConnStats> stats() const;
   std::vector<PeerStats> peer_stats() const;
   Counters counters() const;

@@ -50,12 +50,12 @@ class TransportOptions:
     FIELDS: ClassVar[list[str]]  # the fields above, in csrc/transport.h's order
     def __init__(self) -> None: ...
 
+# The stats classes follow csrc/stats.h: the fields in its order (tests/unit/test_stats_fields.py).
 class ConnStats:
     peer: int
     rail: int
     state: str
     held: bool
-    fallback: bool
     bytes_sent: int
     bytes_recv: int
     chunks_sent: int
@@ -70,17 +70,9 @@ class ConnStats:
     last_detect_s: float
     last_error: str
     last_error_time: float
-
-class Counters:
-    rejected_handshakes: int
-    failovers: int
-    chunks_resent: int
-    bytes_resent: int
-    spin_hits: int
-    spin_misses: int
-    handoffs: int
-    hedges: int
-    writer_chunks: int
+    fallback: bool
+    FIELDS: ClassVar[list[str]]  # the fields above, in order
+    def as_dict(self) -> dict[str, int | float | bool | str]: ...
 
 class PeerStats:
     peer: int
@@ -92,6 +84,21 @@ class PeerStats:
     has_path: bool
     closed: bool
     chunk_bytes: int
+    FIELDS: ClassVar[list[str]]
+    def as_dict(self) -> dict[str, int | float | bool]: ...
+
+class Counters:
+    rejected_handshakes: int
+    failovers: int
+    chunks_resent: int
+    bytes_resent: int
+    spin_hits: int
+    spin_misses: int
+    handoffs: int
+    hedges: int
+    writer_chunks: int
+    FIELDS: ClassVar[list[str]]
+    def as_dict(self) -> dict[str, int]: ...
 
 class Transport:
     rank: int

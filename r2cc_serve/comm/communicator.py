@@ -350,13 +350,11 @@ class Communicator:
         self._t.abort(reason)
 
     def rail_stats(self) -> list[dict]:
-        """One dict per (peer, rail) connection of this rank."""
+        """One dict per (peer, rail) connection of this rank: the core's fields (_C.ConnStats.FIELDS,
+        csrc/stats.h), then the rail's address and interface."""
         out = []
         for s in self._t.stats():
-            out.append({k: getattr(s, k) for k in (
-                "peer", "rail", "state", "held", "bytes_sent", "bytes_recv", "chunks_sent", "chunks_resent",
-                "bytes_resent", "failovers", "reconnects", "inflight_bytes", "bandwidth_Bps", "rtt_s",
-                "suspect_after_s", "last_detect_s", "last_error", "last_error_time", "fallback")})
+            out.append(s.as_dict())
             out[-1]["address"] = self.rail_ips[s.rail]
             out[-1]["interface"] = self.rail_names[s.rail]
         return out
@@ -366,8 +364,7 @@ class Communicator:
         acknowledges: nothing is failed over for that), for how long, whether a path exists, and whether
         it closed its communicator (an orderly goodbye: its rails went down without a fault), and the
         chunk size its next bulk message gets (sized to its slowest rail, R2CC_CHUNK_BYTES)."""
-        return [{k: getattr(s, k) for k in ("peer", "stalled", "stalled_for_s", "stalls", "last_stall_s", "silent_s",
-                                            "has_path", "closed", "chunk_bytes")} for s in self._t.peer_stats()]
+        return [s.as_dict() for s in self._t.peer_stats()]
 
     def error_kind(self) -> str:
         """Kind of the group's error ("" while healthy): rails_down, peer_stalled, peer_gone,
@@ -376,10 +373,8 @@ class Communicator:
         return "" if kind == "none" else kind
 
     def counters(self) -> dict:
-        c = self._t.counters()
-        return {k: getattr(c, k) for k in ("rejected_handshakes", "failovers", "chunks_resent", "bytes_resent",
-                                           "spin_hits", "spin_misses", "handoffs", "hedges",
-                                           "writer_chunks")}
+        """The transport's totals (_C.Counters.FIELDS): failovers, re-sent chunks, spins, hedges..."""
+        return self._t.counters().as_dict()
 
     def error(self) -> str:
         return self._t.error()

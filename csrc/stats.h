@@ -1,0 +1,113 @@
+// What the transport reports about itself: per connection, per peer, and counters.
+//
+// Each field is written once, in a list below: (type, name, initial value). The struct members
+// and, through each_field(), the Python classes (bindings.cc: read-only attributes, FIELDS and
+// as_dict()) are generated from it. r2cc_serve/_C.pyi lists the same names in the same order and
+// r2cc_serve/comm/communicator.py returns as_dict(); tests/unit/test_stats_fields.py fails when
+// either drifts from the list. A list's order is the order of the dicts users see.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace r2cc {
+
+// One (peer, rail) connection of this rank.
+//   held             operator failover: not re-admitted until restore_rail
+//   last_detect_s    how long the last failure took to detect (silence before it)
+//   suspect_after_s  how long this rail may now be quiet before it is suspect
+//   last_error_time  unix seconds
+//   fallback         a fallback rail (e.g. the management network)
+#define R2CC_CONN_STATS(X)                \
+  X(int, peer, -1)                        \
+  X(int, rail, -1)                        \
+  X(std::string, state, "")               \
+  X(bool, held, false)                    \
+  X(uint64_t, bytes_sent, 0)              \
+  X(uint64_t, bytes_recv, 0)              \
+  X(uint64_t, chunks_sent, 0)             \
+  X(uint64_t, chunks_resent, 0)           \
+  X(uint64_t, bytes_resent, 0)            \
+  X(uint64_t, failovers, 0)               \
+  X(uint64_t, reconnects, 0)              \
+  X(uint64_t, inflight_bytes, 0)          \
+  X(double, bandwidth_Bps, 0)             \
+  X(double, rtt_s, 0)                     \
+  X(double, suspect_after_s, 0)           \
+  X(double, last_detect_s, 0)             \
+  X(std::string, last_error, "")          \
+  X(double, last_error_time, 0)           \
+  X(bool, fallback, false)
+
+// What this rank knows of a peer as a whole (not per rail).
+//   stalled        every rail silent while its host still acknowledges our bytes
+//   stalled_for_s  how long the current stall has lasted (0 when not stalled)
+//   stalls         stalls seen so far
+//   last_stall_s   duration of the last stall that ended
+//   silent_s       time since any byte came from the peer on any rail
+//   has_path       some rail to the peer is connected and not suspect
+//   closed         the peer closed its communicator (said goodbye): its rails' downs are no fault
+//   chunk_bytes    chunk size of the next bulk message to the peer (sized to its slowest rail)
+#define R2CC_PEER_STATS(X)        \
+  X(int, peer, -1)                \
+  X(bool, stalled, false)         \
+  X(double, stalled_for_s, 0)     \
+  X(uint64_t, stalls, 0)          \
+  X(double, last_stall_s, 0)      \
+  X(double, silent_s, 0)          \
+  X(bool, has_path, true)         \
+  X(bool, closed, false)          \
+  X(uint64_t, chunk_bytes, 0)
+
+// Totals of the transport.
+//   spin_hits      waits that spun and got their bytes without sleeping
+//   spin_misses    waits that spun for nothing, then slept
+//   handoffs       inline writes that filled the socket: the rail's writer finished the chunk
+//   hedges         hedge copies written (a small message's second copy, on another rail)
+//   writer_chunks  data chunks a rail's writer thread wrote (the rest left from a caller)
+#define R2CC_COUNTERS(X)                \
+  X(uint64_t, rejected_handshakes, 0)   \
+  X(uint64_t, failovers, 0)             \
+  X(uint64_t, chunks_resent, 0)         \
+  X(uint64_t, bytes_resent, 0)          \
+  X(uint64_t, spin_hits, 0)             \
+  X(uint64_t, spin_misses, 0)           \
+  X(uint64_t, handoffs, 0)              \
+  X(uint64_t, hedges, 0)                \
+  X(uint64_t, writer_chunks, 0)
+
+// Generators: a member with its initial value; a call f(name, member pointer) of each_field().
+#define R2CC_STATS_MEMBER(type, name, init) type name = init;
+#define R2CC_STATS_VISIT(type, name, init) f(#name, &Self::name);
+
+struct ConnStats {
+  R2CC_CONN_STATS(R2CC_STATS_MEMBER)
+  template <typename F>
+  static void each_field(F&& f) {  // f(name, member pointer) per field, in the list's order
+    using Self = ConnStats;
+    R2CC_CONN_STATS(R2CC_STATS_VISIT)
+  }
+};
+
+struct PeerStats {
+  R2CC_PEER_STATS(R2CC_STATS_MEMBER)
+  template <typename F>
+  static void each_field(F&& f) {
+    using Self = PeerStats;
+    R2CC_PEER_STATS(R2CC_STATS_VISIT)
+  }
+};
+
+struct Counters {
+  R2CC_COUNTERS(R2CC_STATS_MEMBER)
+  template <typename F>
+  static void each_field(F&& f) {
+    using Self = Counters;
+    R2CC_COUNTERS(R2CC_STATS_VISIT)
+  }
+};
+
+#undef R2CC_STATS_VISIT
+#undef R2CC_STATS_MEMBER
+
+}  // namespace r2cc
