@@ -7,17 +7,21 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Depends, FastAPI, Path, Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from r2cc_serve import __version__, envs
-from r2cc_serve.admin.auth import NO_TOKEN, configured_token, token_checker
+from r2cc_serve.admin.auth import NO_TOKEN, configured_token, fingerprint, token_checker
 from r2cc_serve.admin.models import ActionResult, ErrorBody, EventList, Health, PlanList, Rail, RailList
 from r2cc_serve.admin.sources import StaticSource
 from r2cc_serve.admin.view import ActionError, GroupView
+from r2cc_serve.health.decisions import PLAIN_TEXT_PATTERN, REASON_MAX_CHARS
 
 PREFIX = "/r2cc/v1"
 _ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
@@ -58,12 +62,37 @@ class _Route(APIRoute):
         return handle
 
 
+def _audited(state: "AdminState", action: str) -> type[APIRoute]:
+    """The route class of a mutation: every request is recorded in the audit trail with the
+    answer it got, also when the token check or validation turned it away."""
+
+    class AuditedRoute(_Route):
+        def get_route_handler(self):
+            handler = super().get_route_handler()
+
+            async def handle(request):
+                try:
+                    response = await handler(request)
+                except HTTPException as exc:  # the token check (401, 403): answered here so it is recorded
+                    response = JSONResponse(status_code=exc.status_code, content={"detail": exc.detail},
+                                            headers=exc.headers)
+                state.view.audit.record(action, request, response.status_code, getattr(response, "body", b""))
+                return response
+
+            return handle
+
+    return AuditedRoute
+
+
 def build_router(state: AdminState) -> APIRouter:
     router = APIRouter(prefix=PREFIX, tags=["r2cc"], route_class=_Route)
     mutating = [Depends(token_checker(state.token, state.why_no_token))]
     HostParam = Path(description="host name as shown by GET /rails (e.g. r2cc-h0)", max_length=200)
     RailParam = Path(ge=0, le=4096, description="rail index on that host")
     ForceParam = Query(False, description="allow draining or failing the last healthy rail of a host")
+    ReasonParam = Query(None, max_length=REASON_MAX_CHARS, pattern=PLAIN_TEXT_PATTERN,
+                        description="why (plain text, one line): kept with a drain or failover, shown beside "
+                                    "the rail and in the audit events")
 
     @router.get("/rails", response_model=RailList, summary="Every host's rails")
     async def list_rails():
@@ -80,14 +109,18 @@ def build_router(state: AdminState) -> APIRouter:
             return _error(exc)
 
     def action_route(action: str, doc: str):
-        @router.post(f"/rails/{{host}}/{{rail}}/{action}", response_model=ActionResult, responses=_ERRORS,
-                     dependencies=mutating, summary=doc, name=f"rail_{action}")
-        async def act(host: str = HostParam, rail: int = RailParam, force: bool = ForceParam):
+        async def act(host: str = HostParam, rail: int = RailParam, force: bool = ForceParam,
+                      reason: str | None = ReasonParam):
             view = await state.ready_view()
             try:
-                return await view.act(host, rail, action, force=force)
+                # Only a request with the configured token gets here: it is who acted.
+                return await view.act(host, rail, action, force=force, reason=reason, by=fingerprint(state.token))
             except ActionError as exc:
                 return _error(exc)
+
+        router.add_api_route(f"/rails/{{host}}/{{rail}}/{action}", act, methods=["POST"], response_model=ActionResult,
+                             responses=_ERRORS, dependencies=mutating, summary=doc, name=f"rail_{action}",
+                             route_class_override=_audited(state, action))
 
     action_route("drain", "Drain: no new chunks on this rail, in-flight ones finish, then 'drained'")
     action_route("undrain", "Undrain: the rail takes new chunks again")
@@ -104,10 +137,12 @@ def build_router(state: AdminState) -> APIRouter:
     async def plan():
         return {"groups": (await state.ready_view()).snap.plans()}
 
-    @router.get("/events", response_model=EventList, summary="Recent rail events, oldest first")
-    async def events(limit: int = Query(100, ge=1, le=1000)):
+    @router.get("/events", response_model=EventList, summary="Recent rail events and admin mutations, oldest first")
+    async def events(limit: int = Query(100, ge=1, le=1000),
+                     kind: list[Literal["rail", "peer", "admin"]] | None = Query(
+                         None, description="only these kinds (repeat it: ?kind=rail&kind=peer); default all")):
         view = await state.ready_view()
-        return {"events": view.events(limit)}
+        return {"events": view.events(limit, kinds=set(kind) if kind else None)}
 
     return router
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from fastapi import Header, HTTPException
@@ -23,6 +24,20 @@ def configured_token() -> str | None:
 
 
 NO_TOKEN = "no admin token is configured"
+
+
+def fingerprint(token: str | None) -> str:
+    """Who acted, for audit events and decisions: the first 8 hex digits of the token's sha256
+    ("none" without a token). Tells tokens apart without revealing them."""
+    return hashlib.sha256(token.encode()).hexdigest()[:8] if token else "none"
+
+
+def presented_fingerprint(authorization: str | None) -> str:
+    """The fingerprint of the token an `Authorization` header carries (also a wrong one)."""
+    if not authorization:
+        return "none"
+    scheme, _, credential = authorization.partition(" ")
+    return fingerprint(credential if scheme.lower() == "bearer" else authorization)
 
 
 def token_or_reason() -> tuple[str | None, str]:

@@ -67,6 +67,14 @@ def render_table(rails: list[dict]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def render_decisions(rails: list[dict]) -> str:
+    """One line per operator decision in force: host, rail, what, who, when, why."""
+    from r2cc_serve.health.decisions import describe
+
+    lines = [f"  {r['host']} {describe(r['rail'], d['action'], d)}" for r in rails for d in r.get("decisions", ())]
+    return "operator decisions:\n" + "\n".join(lines) if lines else ""
+
+
 def render_plans(groups: list[dict]) -> str:
     """One line per group: its schedule, each rank's agreed bandwidth, the latest decisions."""
     lines = []
@@ -115,6 +123,9 @@ def _rails(args) -> int:
                 if args.watch:
                     print("\x1b[2J\x1b[H", end="")
                 print(render_table(rails))
+                decided = render_decisions(rails)
+                if decided:
+                    print("\n" + decided)
                 if plans:
                     print("\n" + render_plans(plans))
                 print(f"\nhealth: {health['status']}" + "".join(f"\n  - {r}" for r in health["reasons"]))

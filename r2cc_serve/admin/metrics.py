@@ -3,7 +3,8 @@
 Built on scrape from the admin view's latest snapshot (its poller thread reads every
 rank's agent), so worker metrics reach the API server's /metrics on every node without a
 multiprocess dir, and a scrape never waits on a worker.
-Names: r2cc_ prefix, base units, _total on counters, labels host and rail only.
+Names: r2cc_ prefix, base units, _total on counters, few labels with few values (host, rail; the
+admin API's own mutations by action and result).
 """
 
 from __future__ import annotations
@@ -57,11 +58,23 @@ class R2CCCollector:
                                   "are possible (an admin token is configured), 0 if they are refused")
         token.add_metric([], 1.0 if self.mutations_enabled else 0.0)
         yield token
+        yield self._mutations(getattr(self.view, "audit", None))
         health = GaugeMetricFamily("r2cc_health_status", "1 for the group's current health", labels=["status"])
         current = snap.health["status"]
         for s in ("ok", "degraded", "down"):
             health.add_metric([s], 1.0 if s == current else 0.0)
         yield health
+
+    @staticmethod
+    def _mutations(audit):
+        """Drain, undrain, failover and restore requests to this admin API, by what they got
+        (ok, unauthorized, forbidden, not_found, conflict, invalid, partial, unavailable, error)."""
+        c = CounterMetricFamily("r2cc_admin_mutations", "mutation requests to this admin API, allowed or "
+                                "refused (each one is an event of kind admin in /r2cc/v1/events)",
+                                labels=["action", "result"])
+        for (action, result), n in sorted((audit.counts() if audit is not None else {}).items()):
+            c.add_metric([action, result], n)
+        return c
 
     @staticmethod
     def _hosts(snap):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,13 @@ class Connection(BaseModel):
     chunks_resent: int
     failovers: int
     last_error: str
+
+
+class Decision(BaseModel):
+    action: Literal["drain", "failover"]
+    reason: Optional[str] = Field(description="as given with the action (?reason=)")
+    by: str = Field(description="who: first 8 hex digits of the sha256 of the admin token used")
+    at: float = Field(description="when, unix seconds")
 
 
 class Rail(BaseModel):
@@ -41,6 +48,9 @@ class Rail(BaseModel):
     last_error: Optional[str]
     last_error_time: Optional[float] = Field(description="unix seconds")
     connections: list[Connection]
+    decisions: list[Decision] = Field(default_factory=list, description=(
+        "the operator's drain or failover of this host's rail, while it holds (until undrain or restore); "
+        "kept across restarts with R2CC_STATE_DIR"))
 
 
 class RailList(BaseModel):
@@ -73,8 +83,24 @@ class Event(BaseModel):
     model_config = {"populate_by_name": True}
 
 
+class AdminEvent(BaseModel):
+    time: float
+    kind: Literal["admin"] = Field(description="a mutation request to this admin API (allowed or refused)")
+    action: Literal["drain", "undrain", "failover", "restore"]
+    host: str
+    rail: Optional[int] = Field(description="null when the path's rail was not a number")
+    force: Optional[bool] = Field(description="null when ?force= was not a boolean")
+    reason: Optional[str]
+    by: str = Field(description="first 8 hex digits of the sha256 of the bearer token presented; 'none' without one")
+    client: str = Field(description="the client's address")
+    status: int = Field(description="the HTTP status answered")
+    result: Literal["ok", "unauthorized", "forbidden", "not_found", "conflict", "invalid", "partial",
+                    "unavailable", "error"]
+    detail: str = Field(description="the answer in short: the rail's state after it, or why not")
+
+
 class EventList(BaseModel):
-    events: list[Event]
+    events: list[Union[Event, AdminEvent]] = Field(description="kind tells them apart: rail, peer or admin")
 
 
 class ActionResult(BaseModel):
@@ -85,6 +111,8 @@ class ActionResult(BaseModel):
     state: RailState | Literal["unknown"] = Field(
         description="the rail's state as the acting ranks reported it right after the action; 'unknown' when "
                     "the action was done but no reply said how the rail stands (GET /rails shows it shortly)")
+    warnings: list[str] = Field(default_factory=list, description="done, but e.g. a rank could not record it "
+                                "in R2CC_STATE_DIR (a restart will not keep it)")
 
 
 class PlanRank(BaseModel):

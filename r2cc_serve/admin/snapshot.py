@@ -36,7 +36,19 @@ def rail_view(conns: list[dict]) -> dict:
         "last_error_time": last["last_error_time"] or None,
         "connections": [{k: c[k] for k in ("peer", "peer_host", "state", "bytes_sent", "bytes_recv",
                                            "chunks_resent", "failovers", "last_error")} for c in conns],
+        "decisions": _decisions(conns),
     }
+
+
+def _decisions(conns: list[dict]) -> list[dict]:
+    """The operator's decisions on this rail of the host, one per action (every rank of the host
+    keeps the same record; the latest wins where two differ for a moment)."""
+    latest: dict[str, dict] = {}
+    for c in conns:
+        for d in c.get("decisions", ()):  # agents of older builds report none
+            if d["action"] not in latest or d["at"] > latest[d["action"]]["at"]:
+                latest[d["action"]] = d
+    return [latest[a] for a in sorted(latest)]
 
 
 def mark_slow(rails: list[dict]) -> None:

@@ -18,6 +18,7 @@ side of the change (they learn of it through the transport) shows up at once.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from r2cc_serve.admin.audit import AuditLog
 from r2cc_serve.admin.snapshot import EMPTY, HEALTHY, STATE_ORDER, Snapshot  # noqa: F401 (STATE_ORDER re-exported)
 from r2cc_serve.admin.sources import AgentRef
 
@@ -38,6 +40,7 @@ AGENTS_TIMEOUT_S = 15.0   # finding the agents (vLLM worker RPC on first use)
 FIRST_VIEW_WAIT_S = 20.0  # the first request waits this long for the first picture
 BURST_S, BURST_INTERVAL_S = 1.5, 0.05  # after an action: sample every rank this often, this long
 ACTION_PICTURE_MAX_AGE_S = 1.0  # an action decides on the poller's picture when it is this recent
+MAX_EVENTS_READ = 1000  # GET /events' largest limit
 
 
 UNDO = {"drain": "undrain", "failover": "restore"}  # only these two can be refused
@@ -73,6 +76,7 @@ class GroupView:
                                     limits=httpx.Limits(max_keepalive_connections=64))
         self._fetch_pool = ThreadPoolExecutor(8, thread_name_prefix="r2cc-admin-fetch")
         self._act_pool = ThreadPoolExecutor(1, thread_name_prefix="r2cc-admin-act")  # one action at a time
+        self.audit = AuditLog()  # every mutation request through the API (app.py records them)
 
     # Older readers (metrics, tests) use these names.
     states = property(lambda self: self.snap.states)
@@ -196,16 +200,22 @@ class GroupView:
     def health(self) -> dict:
         return self.snap.health
 
-    def events(self, limit: int = 100) -> list[dict]:
-        return self.snap.events(limit)
+    def events(self, limit: int = 100, kinds: set[str] | None = None) -> list[dict]:
+        """The ranks' rail and peer events and this API's audit events (kind admin), oldest first."""
+        evs = [e for e in self.snap.events(MAX_EVENTS_READ) + self.audit.events()
+               if kinds is None or e.get("kind", "rail") in kinds]
+        return sorted(evs, key=lambda e: e["time"])[-limit:]
 
     # ---- acting -------------------------------------------------------------------
 
-    async def act(self, host: str, rail: int, action: str, force: bool = False) -> dict:
+    async def act(self, host: str, rail: int, action: str, force: bool = False, reason: str | None = None,
+                  by: str | None = None) -> dict:
+        """reason, by (a token fingerprint): kept by the ranks with a drain or failover."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._act_pool, self._act, host, rail, action, force)
+        return await loop.run_in_executor(self._act_pool, self._act, host, rail, action, force, reason, by)
 
-    def _act(self, host: str, rail: int, action: str, force: bool) -> dict:
+    def _act(self, host: str, rail: int, action: str, force: bool, reason: str | None = None,
+             by: str | None = None) -> dict:
         known = snap = self.snap
         if not snap.current(ACTION_PICTURE_MAX_AGE_S):
             # Busy workers may answer slowly: an action waits longer for them than the poller does.
@@ -220,7 +230,9 @@ class GroupView:
                                        "?force=true if you mean it (traffic then moves to drained or fallback rails)")
         ranks = [a for a in snap.agents if snap.states.get((a.group, a.rank), {}).get("host") == host]
         path = f"/rails/{rail}/{action}?force={int(force)}"
-        replies = list(self._fetch_pool.map(lambda a: self._post(a, path), ranks))
+        note = {"reason": reason, "by": by} if reason or by else None
+        warnings: list[str] = []  # done, but a rank could not record it on disk
+        replies = list(self._fetch_pool.map(lambda a: self._post(a, path, note, warnings), ranks))
         refused = [r.detail for r in replies if isinstance(r, _Refused)]
         if refused:  # a rank's own check saw the last healthy rail: undo it where it was done
             undo = UNDO[action]
@@ -238,7 +250,8 @@ class GroupView:
             state = self.rail(host, rail, snap)["state"]
         except ActionError:  # done, but no reply said how it stands now: GET /rails shows it soon
             state = "unknown"
-        return {"host": host, "rail": rail, "action": action, "ranks": [a.rank for a in ranks], "state": state}
+        return {"host": host, "rail": rail, "action": action, "ranks": [a.rank for a in ranks], "state": state,
+                "warnings": warnings}
 
     @staticmethod
     def _check_reachable(host: str, rail: int, action: str, snap: Snapshot, known: Snapshot) -> None:
@@ -251,12 +264,14 @@ class GroupView:
             raise ActionError(503, f"{action} {host} rail{rail} not done: the control agent of a rank on that host "
                                    f"did not answer ({who}); nothing was changed, retry in a moment")
 
-    def _post(self, a: AgentRef, path: str) -> "dict | str | _Refused | None":
+    def _post(self, a: AgentRef, path: str, note: dict | None = None,
+              warnings: list | None = None) -> "dict | str | _Refused | None":
         """The agent's state right after it did the action (None: done, but its reply had no state),
-        _Refused when its last-healthy-rail check said no, or why it was not done."""
+        _Refused when its last-healthy-rail check said no, or why it was not done.
+        note: reason and by, for the agent to record; the agent's warnings go to `warnings`."""
         try:
             r = self._client.post(f"http://{a.address}{path}", headers={"Authorization": f"Bearer {a.token}"},
-                                  timeout=ACTION_TIMEOUT_S)
+                                  content=json.dumps(note) if note else None, timeout=ACTION_TIMEOUT_S)
         except httpx.HTTPError as exc:
             return f"agent unreachable ({type(exc).__name__})"
         if r.status_code == 409:
@@ -267,7 +282,12 @@ class GroupView:
         if r.status_code != 200:
             return f"agent answered {r.status_code}: {r.text[:200]}"
         try:
-            state = r.json().get("state")
+            reply = r.json()
         except ValueError:
             return None
+        if not isinstance(reply, dict):
+            return None
+        if warnings is not None and reply.get("warning"):
+            warnings.append(f"rank {a.rank}: {reply['warning']}")
+        state = reply.get("state")
         return state if isinstance(state, dict) else None

@@ -74,7 +74,7 @@ def test_an_action_answers_with_the_agents_reply_and_reads_nothing_back(monkeypa
     app = create_app(source=StaticSource([ref]), token=TOKEN)
     view = app.state.r2cc.view
     monkeypatch.setattr(view, "_fetch", lambda a, fresh, timeout_s: next(answers))
-    monkeypatch.setattr(view, "_post", lambda a, path: after)
+    monkeypatch.setattr(view, "_post", lambda a, path, *note: after)
     monkeypatch.setattr(view, "start", lambda loop: None)  # no poller: this test drives every read
     view._first.set()
     with TestClient(app) as client:
@@ -83,7 +83,7 @@ def test_an_action_answers_with_the_agents_reply_and_reads_nothing_back(monkeypa
         assert r.json()["state"] == "drained" and r.json()["ranks"] == [0], r.json()
         assert client.get("/r2cc/v1/rails/h0/1").json()["state"] == "drained"
         # The picture is now current: the next action decides on it without reading the agents.
-        monkeypatch.setattr(view, "_post", lambda a, path: before)
+        monkeypatch.setattr(view, "_post", lambda a, path, *note: before)
         r = client.post("/r2cc/v1/rails/h0/1/undrain", headers={"Authorization": f"Bearer {TOKEN}"})
         assert r.status_code == 200 and r.json()["state"] == "up", r.text
 
