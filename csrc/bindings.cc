@@ -1,5 +1,5 @@
 // The only pybind11 module: r2cc_serve._C. Tensors cross as (data_ptr, count);
-// every blocking call releases the GIL.
+// every blocking call releases the GIL. The module is bound by topic, one function each.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,9 +12,52 @@ namespace py = pybind11;
 using namespace r2cc;
 
 namespace {
+
+using gil = py::call_guard<py::gil_scoped_release>;
+
 template <typename T>
 T* ptr(uintptr_t p) {
   return reinterpret_cast<T*>(p);
+}
+
+// AbortedError carries the failure's kind (errors.h) as `.kind`, a string such as "rails_down";
+// r2cc_serve/comm/errors.py maps each kind to its Python exception. _C.ErrorKind names them all.
+void bind_errors(py::module_& m) {
+  static py::exception<AbortedError> aborted(m, "AbortedError", PyExc_RuntimeError);
+  static py::exception<LastRailError> last_rail(m, "LastRailError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const AbortedError& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(aborted.ptr())(e.what());
+      exc.attr("kind") = error_kind_name(e.kind());
+      PyErr_SetObject(aborted.ptr(), exc.ptr());
+    } catch (const LastRailError& e) {
+      py::set_error(last_rail, e.what());
+    }
+  });
+  py::enum_<ErrorKind> kinds(m, "ErrorKind");
+  for_each_error_kind([&](ErrorKind k, const char* name) { kinds.value(name, k); });
+}
+
+void bind_element_types(py::module_& m) {
+  py::enum_<DType>(m, "DType")
+      .value("f32", DType::kF32).value("f16", DType::kF16).value("bf16", DType::kBF16)
+      .value("i32", DType::kI32).value("i64", DType::kI64);
+  py::enum_<RedOp>(m, "RedOp").value("sum", RedOp::kSum).value("max", RedOp::kMax).value("min", RedOp::kMin);
+}
+
+// TransportOptions from its list (transport.h); FIELDS in declaration order, for
+// r2cc_serve.envs to check its knobs against.
+void bind_options(py::module_& m) {
+  auto options = py::class_<TransportOptions>(m, "TransportOptions").def(py::init<>());
+  std::vector<std::string> option_names;
+#define R2CC_OPTION_BINDING(type, name, value)             \
+  options.def_readwrite(#name, &TransportOptions::name); \
+  option_names.push_back(#name);
+  R2CC_TRANSPORT_OPTIONS(R2CC_OPTION_BINDING)
+#undef R2CC_OPTION_BINDING
+  options.attr("FIELDS") = py::cast(option_names);
 }
 
 // A stats class from its struct's field list (stats.h): a read-only attribute per field, FIELDS
@@ -34,101 +77,67 @@ void bind_stats(py::module_& m, const char* name) {
     return d;
   });
 }
-}  // namespace
 
-PYBIND11_MODULE(_C, m) {
-  m.doc() = "r2cc C++ core: multi-rail transport and collectives";
-  // AbortedError carries the failure's kind (errors.h) as `.kind`, a string such as
-  // "rails_down"; r2cc_serve/comm/errors.py maps each kind to its Python exception.
-  static py::exception<AbortedError> aborted(m, "AbortedError", PyExc_RuntimeError);
-  static py::exception<LastRailError> last_rail(m, "LastRailError", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const AbortedError& e) {
-      py::object exc = py::reinterpret_borrow<py::object>(aborted.ptr())(e.what());
-      exc.attr("kind") = error_kind_name(e.kind());
-      PyErr_SetObject(aborted.ptr(), exc.ptr());
-    } catch (const LastRailError& e) {
-      py::set_error(last_rail, e.what());
-    }
-  });
-
-  py::enum_<DType>(m, "DType")
-      .value("f32", DType::kF32).value("f16", DType::kF16).value("bf16", DType::kBF16)
-      .value("i32", DType::kI32).value("i64", DType::kI64);
-  py::enum_<RedOp>(m, "RedOp").value("sum", RedOp::kSum).value("max", RedOp::kMax).value("min", RedOp::kMin);
-  // Every kind by the name AbortedError.kind and Transport.error_kind() give as a string.
-  py::enum_<ErrorKind> kinds(m, "ErrorKind");
-  for_each_error_kind([&](ErrorKind k, const char* name) { kinds.value(name, k); });
-
-  auto options = py::class_<TransportOptions>(m, "TransportOptions").def(py::init<>());
-  std::vector<std::string> option_names;
-#define R2CC_OPTION_BINDING(type, name, value) \
-  options.def_readwrite(#name, &TransportOptions::name); \
-  option_names.push_back(#name);
-  R2CC_TRANSPORT_OPTIONS(R2CC_OPTION_BINDING)
-#undef R2CC_OPTION_BINDING
-  options.attr("FIELDS") = py::cast(option_names);  // in declaration order, for r2cc_serve.envs to check against
-
-  bind_stats<ConnStats>(m, "ConnStats");
-  bind_stats<PeerStats>(m, "PeerStats");
-  bind_stats<Counters>(m, "Counters");
-
-  using gil = py::call_guard<py::gil_scoped_release>;
-  py::class_<Transport>(m, "Transport")
-      .def(py::init([](int rank, int world, std::vector<std::string> rail_ips, std::string netns, py::bytes secret,
-                       uint64_t group_hash, TransportOptions opt) {
-             return new Transport(rank, world, std::move(rail_ips), std::move(netns), std::string(secret), group_hash,
-                                  opt);
-           }),
-           py::arg("rank"), py::arg("world"), py::arg("rail_ips"), py::arg("netns"), py::arg("secret"),
-           py::arg("group_hash"), py::arg("options"))
+// The transport's life cycle, operator actions, test fault injectors, errors and stats.
+py::class_<Transport> bind_transport(py::module_& m) {
+  py::class_<Transport> t(m, "Transport");
+  t.def(py::init([](int rank, int world, std::vector<std::string> rail_ips, std::string netns, py::bytes secret,
+                    uint64_t group_hash, TransportOptions opt) {
+          return new Transport(rank, world, std::move(rail_ips), std::move(netns), std::string(secret), group_hash,
+                               opt);
+        }),
+        py::arg("rank"), py::arg("world"), py::arg("rail_ips"), py::arg("netns"), py::arg("secret"),
+        py::arg("group_hash"), py::arg("options"))
       .def_property_readonly("rank", &Transport::rank)
       .def_property_readonly("world", &Transport::world)
       .def_property_readonly("num_rails", &Transport::num_rails)
       .def("listen_ports", &Transport::listen_ports)
       .def("connect_all", &Transport::connect_all, gil())
-      .def("drain_rail", &Transport::drain_rail, py::arg("rail"), py::arg("force") = true, gil())
+      .def("close", &Transport::close, gil());
+  t.def("drain_rail", &Transport::drain_rail, py::arg("rail"), py::arg("force") = true, gil())
       .def("undrain_rail", &Transport::undrain_rail, gil())
       .def("failover_rail", &Transport::failover_rail, py::arg("rail"), py::arg("force") = true, gil())
       .def("restore_rail", &Transport::restore_rail, gil())
       .def("inject_failure", &Transport::inject_failure, py::arg("peer"), py::arg("rail"), py::arg("chunks"))
-      .def("inject_full_socket", &Transport::inject_full_socket, py::arg("peer"), py::arg("rail"))
-      .def("abort", [](Transport& t, const std::string& reason) { t.abort(reason); }, gil())
+      .def("inject_full_socket", &Transport::inject_full_socket, py::arg("peer"), py::arg("rail"));
+  t.def("abort", [](Transport& tr, const std::string& reason) { tr.abort(reason); }, gil())
       .def("error", &Transport::error, gil())
-      .def("error_kind", [](const Transport& t) { return std::string(error_kind_name(t.error_kind())); }, gil())
+      .def("error_kind", [](const Transport& tr) { return std::string(error_kind_name(tr.error_kind())); }, gil())
       .def("stats", &Transport::stats, gil())
       .def("peer_stats", &Transport::peer_stats, gil())
-      .def("counters", &Transport::counters, gil())
-      .def("close", &Transport::close, gil())
-      .def("all_reduce", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op,
-                            size_t slice, size_t one_shot) {
-        all_reduce(t, ptr<void>(in), ptr<void>(out), count, dt, op, slice, one_shot);
+      .def("counters", &Transport::counters, gil());
+  return t;
+}
+
+// The built-in collectives; buffers cross as addresses (tensor.data_ptr()).
+void bind_collectives(py::class_<Transport>& t) {
+  t.def("all_reduce", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op, size_t slice,
+                         size_t one_shot) {
+     all_reduce(tr, ptr<void>(in), ptr<void>(out), count, dt, op, slice, one_shot);
+   }, gil())
+      .def("all_gather", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt) {
+        all_gather(tr, ptr<void>(in), ptr<void>(out), count, dt);
       }, gil())
-      .def("all_gather", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt) {
-             all_gather(t, ptr<void>(in), ptr<void>(out), count, dt); }, gil())
-      .def("reduce_scatter", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {
-             reduce_scatter(t, ptr<void>(in), ptr<void>(out), count, dt, op); }, gil())
-      .def("gather", [](Transport& t, uintptr_t in, uintptr_t out, size_t count, DType dt, int root) {
-             gather(t, ptr<void>(in), ptr<void>(out), count, dt, root); }, gil())
-      .def("broadcast", [](Transport& t, uintptr_t buf, size_t bytes, int root) {
-             broadcast(t, ptr<void>(buf), bytes, root); }, gil())
-      .def("send", [](Transport& t, uintptr_t buf, size_t bytes, int peer) { send(t, ptr<void>(buf), bytes, peer); }, gil())
-      .def("recv", [](Transport& t, uintptr_t buf, size_t bytes, int peer) { recv(t, ptr<void>(buf), bytes, peer); }, gil());
+      .def("reduce_scatter", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {
+        reduce_scatter(tr, ptr<void>(in), ptr<void>(out), count, dt, op);
+      }, gil())
+      .def("gather", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, int root) {
+        gather(tr, ptr<void>(in), ptr<void>(out), count, dt, root);
+      }, gil())
+      .def("broadcast", [](Transport& tr, uintptr_t buf, size_t bytes, int root) {
+        broadcast(tr, ptr<void>(buf), bytes, root);
+      }, gil())
+      .def("send", [](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
+        send(tr, ptr<void>(buf), bytes, peer);
+      }, gil())
+      .def("recv", [](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
+        recv(tr, ptr<void>(buf), bytes, peer);
+      }, gil());
+}
 
-  m.def("iface_ipv4", [](const std::string& ifname, const std::string& netns) {
-    ScopedNetns in_ns(netns);
-    return iface_ipv4(ifname);
-  }, py::arg("ifname"), py::arg("netns") = "", "IPv4 address of an interface (inside netns if given); '' if none.");
-
-  m.def("reduce_in_order", [](DType dt, RedOp op, uintptr_t out, std::vector<uintptr_t> inputs, size_t count) {
-    std::vector<const void*> in;
-    for (auto p : inputs) in.push_back(ptr<const void>(p));
-    reduce_in_order(dt, op, ptr<void>(out), in.data(), int(in.size()), count);
-  }, py::call_guard<py::gil_scoped_release>());
-
-  // Plans (r2cc_serve/sched/ir.py): a program is decoded and checked once, then run per call.
+// Plans (r2cc_serve/sched/ir.py): a program is decoded and checked once, then run per call.
+// PlanProgram is registered before all_reduce_plan so that its signature names the class.
+void bind_plans(py::module_& m, py::class_<Transport>& t) {
   py::class_<PlanProgram>(m, "PlanProgram")
       .def(py::init([](py::bytes encoded) {
              std::string b(encoded);
@@ -138,10 +147,37 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("steps", [](const PlanProgram& p) { return p.steps().size(); })
       .def_property_readonly("scratch_elems", &PlanProgram::scratch_elems)
       .def_property_readonly("in_place_safe", &PlanProgram::in_place_safe);
-  // Appended to the Transport class defined above.
-  auto transport = py::reinterpret_borrow<py::class_<Transport>>(m.attr("Transport"));
-  transport.def("all_reduce_plan", [](Transport& t, const PlanProgram& prog, uintptr_t in, uintptr_t out,
-                                      size_t count, DType dt, RedOp op) {
-    run_all_reduce_plan(t, prog, ptr<void>(in), ptr<void>(out), count, dt, op);
+  t.def("all_reduce_plan", [](Transport& tr, const PlanProgram& prog, uintptr_t in, uintptr_t out, size_t count,
+                              DType dt, RedOp op) {
+    run_all_reduce_plan(tr, prog, ptr<void>(in), ptr<void>(out), count, dt, op);
   }, py::arg("program"), py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"), gil());
+}
+
+// Free functions: an interface's address (in a namespace) and the reference reduction.
+void bind_helpers(py::module_& m) {
+  m.def("iface_ipv4", [](const std::string& ifname, const std::string& netns) {
+    ScopedNetns in_ns(netns);
+    return iface_ipv4(ifname);
+  }, py::arg("ifname"), py::arg("netns") = "", "IPv4 address of an interface (inside netns if given); '' if none.");
+  m.def("reduce_in_order", [](DType dt, RedOp op, uintptr_t out, std::vector<uintptr_t> inputs, size_t count) {
+    std::vector<const void*> in;
+    for (auto p : inputs) in.push_back(ptr<const void>(p));
+    reduce_in_order(dt, op, ptr<void>(out), in.data(), int(in.size()), count);
+  }, gil());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "r2cc C++ core: multi-rail transport and collectives";
+  bind_errors(m);
+  bind_element_types(m);
+  bind_options(m);
+  bind_stats<ConnStats>(m, "ConnStats");  // before the Transport methods that return them
+  bind_stats<PeerStats>(m, "PeerStats");
+  bind_stats<Counters>(m, "Counters");
+  py::class_<Transport> transport = bind_transport(m);
+  bind_collectives(transport);
+  bind_plans(m, transport);
+  bind_helpers(m);
 }
