@@ -54,7 +54,7 @@ def state_path(state_dir: str, group: str, host: str) -> str:
 
 
 def describe(rail: int, kind: str, d: dict) -> str:
-    """One line for logs and tables: 'drain by 1a2b3c4d at 2026-11-26 10:00:00 UTC: swap cable'."""
+    """One line for logs and tables: 'rail1 drain by 1a2b3c4d at 2026-11-26 10:00:00 UTC: swap cable'."""
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(d["at"]))
     return f"rail{rail} {kind} by {d['by'] or 'an unknown caller'} at {at}" + (f": {d['reason']}" if d["reason"] else "")
 
@@ -88,13 +88,21 @@ class DecisionStore:
         """Note a drain or failover of `rail` (replacing an earlier one of the same kind). OSError
         when the file cannot be written (the decision is then kept in memory only)."""
         entry = {"reason": reason or None, "by": by or "", "at": time.time()}
-        self._change(lambda rails: rails.setdefault(rail, {}).__setitem__(kind, entry))
+
+        def note(rails):
+            rails.setdefault(rail, {})[kind] = entry
+
+        self._change(note)
 
     def clear(self, rail: int, kind: str) -> None:
+        """Forget the `kind` decision of `rail` (an undrain or restore). OSError as for record."""
+
         def drop(rails):
-            rails.get(rail, {}).pop(kind, None)
-            if not rails.get(rail, True):
-                del rails[rail]
+            kinds = rails.get(rail, {})
+            kinds.pop(kind, None)
+            if not kinds:
+                rails.pop(rail, None)
+
         self._change(drop)
 
     # ---- the file ---------------------------------------------------------------

@@ -74,7 +74,10 @@ class RailMonitor:
         self._thread = threading.Thread(target=self._run, name=f"r2cc-monitor-{group}", daemon=True)
 
     def start(self) -> "RailMonitor":
-        self.refresh_now()  # the status file at once, with what the agent applied at its start
+        try:
+            self.refresh_now()  # the status file at once, with what the agent applied at its start
+        except Exception as exc:  # as in _run: the monitor must never take the worker down
+            log.debug("r2cc monitor sample failed: %s", exc)
         self._thread.start()
         return self
 
