@@ -163,7 +163,8 @@ class ControlAgent:
                 try:
                     getattr(self.comm, f"{kind}_rail")(rail, force=True)
                 except Exception as exc:
-                    log.error("r2cc: %s rank %d: could not re-apply %s: %s", m.group, m.rank, describe(rail, kind, d), exc)
+                    log.error("r2cc: %s rank %d: could not re-apply %s: %s", m.group, m.rank,
+                              describe(rail, kind, d), exc)
                     continue
                 log.warning("r2cc: %s rank %d on %s: re-applied %s (%s; %s it through the admin API to end it)",
                             m.group, m.rank, m.host, describe(rail, kind, d), where, ENDED_BY[kind])
@@ -192,8 +193,8 @@ class ControlAgent:
             return 500, {"detail": f"{action} of rail{rail} failed on rank {self.monitor.rank}: {exc}"}
         not_kept = self._remember(rail, action, reason, by)
         state = self.state(fresh=True)  # the outcome, so the admin view needs no second round trip
-        log.warning("r2cc: operator %s of rail%d on %s rank %d%s%s", action, rail, self.monitor.group, self.monitor.rank,
-                    f" by {by}" if by else "", f": {reason}" if reason else "")
+        log.warning("r2cc: operator %s of rail%d on %s rank %d%s%s", action, rail, self.monitor.group,
+                    self.monitor.rank, f" by {by}" if by else "", f": {reason}" if reason else "")
         reply = {"rank": self.monitor.rank, "rail": rail, "action": action, "done": True, "state": state}
         if not_kept:
             reply["warning"] = not_kept

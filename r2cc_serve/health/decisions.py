@@ -56,7 +56,8 @@ def state_path(state_dir: str, group: str, host: str) -> str:
 def describe(rail: int, kind: str, d: dict) -> str:
     """One line for logs and tables: 'rail1 drain by 1a2b3c4d at 2026-11-26 10:00:00 UTC: swap cable'."""
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(d["at"]))
-    return f"rail{rail} {kind} by {d['by'] or 'an unknown caller'} at {at}" + (f": {d['reason']}" if d["reason"] else "")
+    why = f": {d['reason']}" if d["reason"] else ""
+    return f"rail{rail} {kind} by {d['by'] or 'an unknown caller'} at {at}{why}"
 
 
 class DecisionStore:
