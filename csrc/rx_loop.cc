@@ -222,48 +222,48 @@ void Transport::note_spin(bool hit) {
 }
 
 void Transport::rx_handle(RxStream& s) {
-  Conn& c = *s.conn;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (stopping_) return;  // close() frees every stream
-    if (s.epoch != c.epoch.load()) return rx_retire_locked(s);
-    s.busy = true;
+  if (!rx_take(s)) return;
+  const IoResult r = rx_read(s);
+  std::unique_lock<std::mutex> lk(mu_);
+  rx_after_read_locked(s, r, lk);
+}
+
+bool Transport::rx_take(RxStream& s) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (stopping_) return false;  // close() frees every stream
+  if (s.epoch != s.conn->epoch.load()) {
+    rx_retire_locked(s);
+    return false;
   }
-  IoResult err;
+  s.busy = true;
+  return true;
+}
+
+bool Transport::rx_claim_lost(const RxStream& s) const {
+  return s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load());
+}
+
+IoResult Transport::rx_read(RxStream& s) {
+  Conn& c = *s.conn;
+  IoResult r;
   size_t budget = kRxBudgetBytes;
   bool drained = false;
   // The budget bounds what is read from the socket, never what is already staged: staged
   // bytes get no epoll event, so the stream must not be re-armed before they are parsed.
-  while (err.ok() && !stopping_.load() && c.epoch.load() == s.epoch) {
-    char* at = nullptr;
-    size_t want = 0;
-    switch (s.phase) {
-      case RxStream::Phase::kHeader:
-        at = reinterpret_cast<char*>(&s.h);
-        want = sizeof(FrameHeader);
-        break;
-      case RxStream::Phase::kPayload:
-        if (s.dest && (s.msg->superseded[s.idx].load() || aborted_.load())) {
-          // Another rail completed this chunk (or the group died): out of the buffer, and
-          // what is left of the frame goes aside so the stream stays in step.
-          std::lock_guard<std::mutex> g(mu_);
-          rx_release_claim_locked(s, false);
-        }
-        at = s.dest ? s.dest : s.scratch.data();
-        want = s.h.len;
-        break;
-      case RxStream::Phase::kAbortReason:
-        at = s.reason.data();
-        want = s.reason.size();
-        break;
+  while (r.ok() && !stopping_.load() && c.epoch.load() == s.epoch) {
+    if (rx_claim_lost(s)) {
+      // Another rail completed this chunk (or the group died): out of the buffer, and
+      // what is left of the frame goes aside so the stream stays in step.
+      std::lock_guard<std::mutex> g(mu_);
+      rx_release_claim_locked(s, false);
     }
-    const size_t need = want - s.have;
+    const RxStream::Part part = s.part();
+    const size_t need = part.size - s.have;
     if (s.stage_pos < s.stage_end) {  // read ahead earlier: parse from the stage
       const size_t k = std::min(need, s.stage_end - s.stage_pos);
-      std::memcpy(at + s.have, s.stage.get() + s.stage_pos, k);
+      std::memcpy(part.at + s.have, s.stage.get() + s.stage_pos, k);
       s.stage_pos += k;
-      s.have += k;
-      if (s.have == want) err = frame_verdict(rx_frame_done(s));
+      r = rx_advance(s, part.size, k);
       continue;
     }
     // A short read drained the socket: stop here rather than pay a recv that says EAGAIN
@@ -272,55 +272,66 @@ void Transport::rx_handle(RxStream& s) {
     // Large remainders go straight to their destination; small ones through the stage.
     const bool staged = need < RxStream::kStageBytes;
     const size_t ask = staged ? RxStream::kStageBytes : need;
-    const ssize_t r = recv(s.fd, staged ? s.stage.get() : at + s.have, ask, 0);
-    if (r > 0) {
-      budget -= std::min(budget, size_t(r));
+    const ssize_t got = recv(s.fd, staged ? s.stage.get() : part.at + s.have, ask, 0);
+    if (got > 0) {
+      budget -= std::min(budget, size_t(got));
       c.last_rx_ns.store(now_ns());
-      drained = size_t(r) < ask;
+      drained = size_t(got) < ask;
       if (staged) {
         s.stage_pos = 0;
-        s.stage_end = size_t(r);
-        continue;
+        s.stage_end = size_t(got);
+      } else {
+        r = rx_advance(s, part.size, size_t(got));
       }
-      s.have += size_t(r);
-      if (s.have == want) err = frame_verdict(rx_frame_done(s));
       continue;
     }
-    if (r == 0) err = IoResult::eof();
+    if (got == 0) r = IoResult::eof();
     else if (errno == EINTR) continue;
     else if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    else err = IoResult::sys_error("recv", errno);
+    else r = IoResult::sys_error("recv", errno);
   }
-  std::unique_lock<std::mutex> lk(mu_);
+  return r;
+}
+
+IoResult Transport::rx_advance(RxStream& s, size_t part_size, size_t k) {
+  s.have += k;
+  return s.have == part_size ? frame_verdict(rx_frame_done(s)) : IoResult{};
+}
+
+void Transport::rx_after_read_locked(RxStream& s, const IoResult& r, std::unique_lock<std::mutex>& lk) {
+  Conn& c = *s.conn;
   s.busy = false;
-  if (!err.ok())
-    fail_conn_locked(c, s.epoch, err.cause,
+  if (!r.ok())
+    fail_conn_locked(c, s.epoch, r.cause,
                      "receive from rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) +
-                         " failed: " + err.text());
+                         " failed: " + r.text());
   if (stopping_) return;
   Peer& p = *peers_[c.peer];
   if (s.epoch != c.epoch.load()) {
     rx_retire_locked(s);
   } else {
-    if (s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load()))
-      rx_release_claim_locked(s, false);
+    if (rx_claim_lost(s)) rx_release_claim_locked(s, false);
     rx_arm_locked(s);
-    // Acks that free the sender's window go out from this thread (no writer wake-up): at once
-    // when the sender may be waiting for window to send more of a message, on the rail the
-    // chunk came by; otherwise once this thread has read what is ready now, all in one write
-    // (rx_send_owed_acks_locked).
-    if (tl_driving && p.acks_urgent && !p.acks.empty()) {
-      if (!p.acks_refill) {
-        p.ack_via = &c;
-        rx_acks_owed_ = true;
-      } else {
-        rx_ack_now_locked(p, c);
-      }
-    }
-    if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
+    rx_plan_acks_locked(p, c);
   }
   // Window the acks just read freed (forget_inflight_locked) is filled now, retired or not.
   if (tl_driving) refill_freed_rails_locked(p, lk);
+}
+
+void Transport::rx_plan_acks_locked(Peer& p, Conn& c) {
+  // Acks that free the sender's window go out from this thread (no writer wake-up): at once
+  // when the sender may be waiting for window to send more of a message, on the rail the
+  // chunk came by; otherwise once this thread has read what is ready now, all in one write
+  // (rx_send_owed_acks_locked).
+  if (tl_driving && p.acks_urgent && !p.acks.empty()) {
+    if (!p.acks_refill) {
+      p.ack_via = &c;
+      rx_acks_owed_ = true;
+    } else {
+      rx_ack_now_locked(p, c);
+    }
+  }
+  if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
 }
 
 bool Transport::rx_on_driving_thread() { return tl_driving; }

@@ -277,7 +277,16 @@ class Transport {
   // thread that took a stream's event owns it until it re-arms). Handlers never block and
   // never hold mu_ inside recv(); an I/O error fails the rail, never the group.
   void rx_loop();
+  // One stream's event: take it (rx_take), read and parse what is ready (rx_read, lock free),
+  // then fail the rail on an error, re-arm or retire the stream and see to its acks.
   void rx_handle(RxStream& s);
+  bool rx_take(RxStream& s);  // false: closing, or the stream was stale and is retired now
+  IoResult rx_read(RxStream& s);  // up to kRxBudgetBytes from the socket; stops at an error
+  IoResult rx_advance(RxStream& s, size_t part_size, size_t k);  // k more bytes of the current part
+  bool rx_claim_lost(const RxStream& s) const;  // another rail completed its chunk, or the group died
+  // The stream is read: fail its rail on r's error, retire or re-arm it, see to the acks it owes.
+  void rx_after_read_locked(RxStream& s, const IoResult& r, std::unique_lock<std::mutex>& lk);
+  void rx_plan_acks_locked(Peer& p, Conn& c);  // urgent acks now, or after this pass (ack_via)
   // A waiting caller reads its own bytes (no hand-off from the receive thread): at most one
   // caller drives at a time; the receive thread stands aside meanwhile.
   bool rx_start_driving_locked();

@@ -123,6 +123,20 @@ struct Transport::RxStream {
   static constexpr size_t kStageBytes = 16 * 1024;
   std::unique_ptr<char[]> stage{new char[kStageBytes]};
   size_t stage_pos = 0, stage_end = 0;
+
+  // Where the current part (header, payload or abort reason) is read to, and its whole size.
+  struct Part {
+    char* at;
+    size_t size;
+  };
+  Part part() {
+    switch (phase) {
+      case Phase::kHeader: return {reinterpret_cast<char*>(&h), sizeof(FrameHeader)};
+      case Phase::kPayload: return {dest ? dest : scratch.data(), h.len};
+      case Phase::kAbortReason: return {reason.data(), reason.size()};
+    }
+    return {nullptr, 0};
+  }
 };
 
 struct Transport::Peer {
