@@ -202,7 +202,7 @@ def check_actions_during_load(dep, h0: str, h1: str, reference) -> dict:
     restore_s = admin.wait([(h0, 2), (h1, 2)], HEALTHY, admin.must(h1, 2, "restore"), RECOVER_S)
     actions_done = time.time()
 
-    events = admin.http.get("/r2cc/v1/events", params={"limit": 1000}).json()["events"]
+    events = admin.http.get("/r2cc/v1/events", params={"limit": 1000, "kind": "rail"}).json()["events"]
     seen = {(e["host"], e["rail"], e["to"]) for e in events if e["time"] >= started - 1}
     assert (h0, 1, "drained") in seen and (h1, 2, "down") in seen, sorted(seen)
 

@@ -226,9 +226,11 @@ def _relative(step: dict, t0: float) -> dict:
 
 
 def _events(url: str, wall_t0: float) -> list[dict]:
-    """r2cc rail events of this round (from the admin API), with t relative to the round's t0."""
+    """r2cc rail and peer events of this round (from the admin API; not the audit trail of admin
+    calls, which the fault daemon's drains would add), with t relative to the round's t0."""
     try:
-        r = httpx.get(f"{url}/r2cc/v1/events", params={"limit": 1000}, timeout=EVENTS_TIMEOUT_S, trust_env=False)
+        r = httpx.get(f"{url}/r2cc/v1/events", params={"limit": 1000, "kind": ["rail", "peer"]},
+                      timeout=EVENTS_TIMEOUT_S, trust_env=False)
         r.raise_for_status()
         events = r.json().get("events", [])
     except (httpx.HTTPError, ValueError):
