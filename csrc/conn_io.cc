@@ -222,23 +222,12 @@ void Transport::serve_connection(Conn& c, const std::function<void(std::unique_l
 
 void Transport::writer_loop(Conn& c) {
   Peer& p = *peers_[c.peer];
-  std::vector<FrameHeader> frames;
-  std::string abort_reason;
-  ErrorKind abort_kind = ErrorKind::kAborted;
+  WriterBatch b;  // kept across passes: its frame vector keeps its capacity
   serve_connection(c, [&](std::unique_lock<std::mutex>& lk, uint64_t epoch, int fd) {
     auto stale = [&] { return stopping_.load() || c.epoch.load() != epoch; };
     while (!stale()) {
-      if (c.handoff && c.handoff->epoch == epoch) {  // finish the chunk a caller began (writing stays set)
-        std::unique_ptr<Conn::Handoff> h = std::move(c.handoff);
-        lk.unlock();
-        IoResult r = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
-        lk.lock();
-        c.writing = false;
-        finish_chunk_write_locked(h->chunk);
-        if (!r.ok()) {
-          fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
-          break;
-        }
+      if (c.handoff && c.handoff->epoch == epoch) {
+        if (!writer_finish_handoff(c, epoch, fd, lk, stale)) break;
         continue;
       }
       if (c.writing) {  // an inline sender owns the socket right now
@@ -246,64 +235,87 @@ void Transport::writer_loop(Conn& c) {
         continue;
       }
       const int64_t now = now_ns();
-      frames.clear();
-      abort_reason.swap(c.ctrl_abort);
-      c.ctrl_abort.clear();
-      if (!abort_reason.empty()) abort_kind = error_kind_;
-      while (!c.ctrl.empty()) {
-        frames.push_back(c.ctrl.front());
-        c.ctrl.pop_front();
-      }
-      take_acks_locked(c, p, frames, now);
-      // Next chunk, if the window allows; chunks acked meanwhile are dropped from the queue.
-      Chunk chunk;
-      if (error_.empty() && c.inflight_bytes < window_for_locked(c) && conn_takes_chunks_locked(c, p))
-        chunk = pop_live_chunk_locked(p);
-      if (frames.empty() && !chunk.msg && abort_reason.empty()) {
+      if (!writer_gather_locked(c, p, b, now)) {
         // Nothing to write. Work arrives with a notify; acks owed to the peer ride on the
         // watchdog's heartbeats, so an idle writer need not wake every heartbeat period
         // (it did, and spun in 0.1 ms steps until the heartbeat went out).
         c.cv.wait_for(lk, std::chrono::milliseconds(kIdleWriterWaitMs));
         continue;
       }
-      // Control frames go first; the chunk's header closes them unless an abort
-      // reason (with its own payload) has to go in between.
-      std::vector<FrameHeader> tail;
-      if (chunk.msg) {
-        (abort_reason.empty() ? frames : tail).push_back(start_chunk_locked(c, chunk, now));
-        counters_.writer_chunks++;
-      }
       c.last_tx_ns = now;
       c.writing = true;
       lk.unlock();
-      IoResult r;
-      // With a chunk attached the caller's buffer is pinned (active_writers) from here
-      // on: give up as soon as its message is done elsewhere, even before the chunk.
-      auto stale_or_done = [&] { return stale() || (chunk.msg && chunk.msg->done.load()); };
-      if (chunk.msg && abort_reason.empty()) {
-        r = write_chunk(c, fd, frames, chunk, stale);
-      } else {
-        if (!frames.empty())
-          r = write_full(fd, frames.data(), frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
-                         sent_progress(c));
-        if (r.ok() && !abort_reason.empty()) {
-          FrameHeader ah = control_frame(FrameType::kAbort, 0, uint64_t(abort_kind),
-                                      uint32_t(std::min<size_t>(abort_reason.size(), kMaxAbortReason)));
-          r = writev_full(fd, &ah, sizeof(ah), abort_reason.data(), ah.len, kPollMs, stale_or_done);
-        }
-        if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
-        if (r.ok() && chunk.msg) r = write_chunk(c, fd, tail, chunk, stale);
-      }
+      IoResult r = writer_write(c, fd, b, stale);
       lk.lock();
       c.writing = false;
-      if (chunk.msg) finish_chunk_write_locked(chunk);
-      if (r.ok() && chunk.msg && c.injected_failure_due()) r = IoResult::failure(IoCause::kOther, "injected failure (test)");
+      if (b.chunk.msg) {
+        finish_chunk_write_locked(b.chunk);
+        if (r.ok() && c.injected_failure_due()) r = IoResult::failure(IoCause::kOther, "injected failure (test)");
+      }
+      b.chunk = Chunk{};  // written: the writer keeps no hold on its message
       if (!r.ok()) {
         fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
         break;
       }
     }
   });
+}
+
+bool Transport::writer_finish_handoff(Conn& c, uint64_t epoch, int fd, std::unique_lock<std::mutex>& lk,
+                                      const std::function<bool()>& stale) {
+  std::unique_ptr<Conn::Handoff> h = std::move(c.handoff);
+  lk.unlock();
+  const IoResult r = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
+  lk.lock();
+  c.writing = false;
+  finish_chunk_write_locked(h->chunk);
+  if (r.ok()) return true;
+  fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
+  return false;
+}
+
+bool Transport::writer_gather_locked(Conn& c, Peer& p, WriterBatch& b, int64_t now) {
+  b.frames.clear();
+  b.tail.clear();
+  b.abort_reason.swap(c.ctrl_abort);
+  c.ctrl_abort.clear();
+  if (!b.abort_reason.empty()) b.abort_kind = error_kind_;
+  while (!c.ctrl.empty()) {
+    b.frames.push_back(c.ctrl.front());
+    c.ctrl.pop_front();
+  }
+  take_acks_locked(c, p, b.frames, now);
+  // Next chunk, if the window allows; chunks acked meanwhile are dropped from the queue.
+  b.chunk = Chunk{};
+  if (error_.empty() && c.inflight_bytes < window_for_locked(c) && conn_takes_chunks_locked(c, p))
+    b.chunk = pop_live_chunk_locked(p);
+  if (b.frames.empty() && !b.chunk.msg && b.abort_reason.empty()) return false;
+  // Control frames go first; the chunk's header closes them unless an abort
+  // reason (with its own payload) has to go in between.
+  if (b.chunk.msg) {
+    (b.abort_reason.empty() ? b.frames : b.tail).push_back(start_chunk_locked(c, b.chunk, now));
+    counters_.writer_chunks++;
+  }
+  return true;
+}
+
+IoResult Transport::writer_write(Conn& c, int fd, const WriterBatch& b, const std::function<bool()>& stale) {
+  if (b.chunk.msg && b.abort_reason.empty()) return write_chunk(c, fd, b.frames, b.chunk, stale);
+  // With a chunk attached the caller's buffer is pinned (active_writers) from here
+  // on: give up as soon as its message is done elsewhere, even before the chunk.
+  auto stale_or_done = [&] { return stale() || (b.chunk.msg && b.chunk.msg->done.load()); };
+  IoResult r;
+  if (!b.frames.empty())
+    r = write_full(fd, b.frames.data(), b.frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
+                   sent_progress(c));
+  if (r.ok() && !b.abort_reason.empty()) {
+    FrameHeader ah = control_frame(FrameType::kAbort, 0, uint64_t(b.abort_kind),
+                                   uint32_t(std::min<size_t>(b.abort_reason.size(), kMaxAbortReason)));
+    r = writev_full(fd, &ah, sizeof(ah), b.abort_reason.data(), ah.len, kPollMs, stale_or_done);
+  }
+  if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
+  if (r.ok() && b.chunk.msg) r = write_chunk(c, fd, b.tail, b.chunk, stale);
+  return r;
 }
 
 }  // namespace r2cc

@@ -316,7 +316,20 @@ class Transport {
   // conn_io.cc: one connection's writer. Only it and the inline sender write to a connected
   // socket (one at a time: Conn::writing); neither holds mu_ while blocked on the socket; an
   // I/O error fails the rail, never the group.
+  // Each pass: finish a caller's handoff, or gather under mu_ what is due (writer_gather_locked)
+  // and write it with mu_ released (writer_write); a failed write fails the rail.
   void writer_loop(Conn& c);
+  struct WriterBatch;  // transport_internal.h
+  // Finishes the chunk a caller began writing inline (writing stays set until then); unlocks lk
+  // while writing. False: the write failed and the rail with it.
+  bool writer_finish_handoff(Conn& c, uint64_t epoch, int fd, std::unique_lock<std::mutex>& lk,
+                             const std::function<bool()>& stale);
+  // Control frames, owed acks, an abort reason and the next chunk the window allows (its header
+  // started). False: nothing to write.
+  bool writer_gather_locked(Conn& c, Peer& p, WriterBatch& b, int64_t now);
+  // Lock free: frames and chunk in one write when it can, else frames, abort frame and reason,
+  // then the chunk behind its header (b.tail).
+  IoResult writer_write(Conn& c, int fd, const WriterBatch& b, const std::function<bool()>& stale);
   // Runs session(lk, epoch, fd) for every socket installed in c in turn, lk held on entry and
   // exit, the socket kept open meanwhile; returns at close().
   void serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session);

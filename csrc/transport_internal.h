@@ -139,6 +139,15 @@ struct Transport::RxStream {
   }
 };
 
+// What one pass of a connection's writer sends (writer_gather_locked fills it under mu_).
+struct Transport::WriterBatch {
+  std::vector<FrameHeader> frames;  // control frames and acks (and the chunk's header, unless tail has it)
+  std::vector<FrameHeader> tail;    // the chunk's header when an abort reason goes first
+  std::string abort_reason;         // to send with an abort frame, if any
+  ErrorKind abort_kind = ErrorKind::kAborted;
+  Chunk chunk;                      // msg null: no chunk this pass
+};
+
 struct Transport::Peer {
   int rank = -1;
   uint64_t next_send_seq = 0, next_recv_seq = 0;
