@@ -52,6 +52,7 @@ void Transport::watchdog_loop() {
     for (auto& p : peers_) {
       if (p->rank == rank_ || p->closed) continue;
       check_peer_rails_locked(*p, now, stall_end_ns);
+      check_holds_locked(*p, now);
       for (auto& c : p->conns) {
         send_heartbeat_locked(*c, *p, now);
         update_bandwidth_locked(*c, now);

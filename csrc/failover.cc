@@ -62,6 +62,7 @@ void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::strin
   c.inflight_bytes = 0;
   for (auto& a : c.acks_carried) p.acks.push_back(a.second);  // they may be stuck in its buffers
   c.acks_carried.clear();
+  if (!rail_held_[c.rail]) note_rail_failure_locked(c, reason, now);  // an operator's failover is no flap
   p.wake_writers();
   notify_done_locked();
 }

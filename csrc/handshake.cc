@@ -198,8 +198,9 @@ void Transport::install(Conn& c, int fd) {
   c.fd = fd;
   c.sndbuf = send_buffer_size(fd);
   c.epoch++;
-  c.state = rail_drained_[c.rail] ? RailState::kDrained : RailState::kUp;
   c.peer_drained = false;
+  c.damp.peer_holds = false;  // the peer says again at its install
+  c.state = connected_state_locked(c);
   c.ctrl.clear();
   c.last_rx_ns = now_ns();
   c.last_tx_ns = 0;
@@ -207,6 +208,9 @@ void Transport::install(Conn& c, int fd) {
   c.path_dead = false;
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
+  if (c.damp.holding(now_ns())) c.ctrl.push_back(control_frame(FrameType::kHold));
+  if (c.damp.restore_pending) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));
+  c.damp.restore_pending = false;
   rx_start_locked(c, fd);
   Peer& p = *peers_[c.peer];
   p.no_link_since_ns = 0;

@@ -49,8 +49,7 @@ void Transport::set_rail_drained_locked(int rail, bool drained) {
   rail_drained_[rail] = drained;
   for (auto [p, c] : conns_on_rail_locked(rail)) {
     if (!is_connected(c->state)) continue;
-    if (drained) c->state = c->inflight.empty() ? RailState::kDrained : RailState::kDraining;
-    else c->state = c->peer_drained ? RailState::kDrained : RailState::kUp;
+    c->state = connected_state_locked(*c);
     c->ctrl.push_back(control_frame(drained ? FrameType::kDrain : FrameType::kUndrain));
     p->wake_writers();
   }
@@ -99,13 +98,17 @@ void Transport::restore_rail(int rail) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   rail_held_[rail] = false;
-  for (auto [p, c] : conns_on_rail_locked(rail)) c->last_probe_ns = 0;  // probe at once
+  for (auto [p, c] : conns_on_rail_locked(rail)) {
+    restore_conn_locked(*c);
+    c->last_probe_ns = 0;  // probe at once
+  }
 }
 
 // ---- stats -------------------------------------------------------------------
 
 std::vector<ConnStats> Transport::stats() const {
   std::lock_guard<std::mutex> g(mu_);
+  const int64_t now = now_ns();
   std::vector<ConnStats> out;
   for (auto& p : peers_) {
     if (p->rank == rank_) continue;
@@ -114,6 +117,12 @@ std::vector<ConnStats> Transport::stats() const {
       // After an abort no rail carries the group's data, whatever its socket says.
       s.state = aborted_ ? "aborted" : c->suspect ? "down" : rail_state_name(c->state);
       s.held = rail_held_[c->rail];
+      const Conn::Dampening& d = c->damp;
+      s.flap_penalty = flap_penalty_locked(*c, now);
+      s.hold_left_s = d.holding(now) ? double(d.hold_until_ns - now) * 1e-9 : 0;
+      s.hold_reason = d.holding(now) ? d.reason
+                      : d.peer_holds ? "rank " + std::to_string(c->peer) + " holds it out (flapping at its end)"
+                                     : "";
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
       s.suspect_after_s = double(suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;

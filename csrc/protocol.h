@@ -7,7 +7,7 @@
 namespace r2cc {
 
 constexpr uint32_t kFrameMagic = 0x52324343;  // "R2CC"
-constexpr uint32_t kProtocolVersion = 2;  // 2: frames carry the call descriptor
+constexpr uint32_t kProtocolVersion = 3;  // 2: frames carry the call descriptor; 3: kHold, kRelease
 
 enum class FrameType : uint32_t {
   kData = 1,           // seq, offset, total, len payload bytes follow
@@ -19,6 +19,8 @@ enum class FrameType : uint32_t {
   kDrain = 7,          // the sender drained this rail: stop putting new chunks on it
   kUndrain = 8,
   kGoodbye = 9,  // the sender closed its communicator after flushing: not a failure
+  kHold = 10,    // the sender holds this flapping rail out (dampening): no new chunks on it
+  kRelease = 11, // the sender's hold ended
 };
 
 struct FrameHeader {
@@ -32,6 +34,8 @@ struct FrameHeader {
   uint64_t call_seq = 0;   // kData: the sender's collective number (kP2PSeq for send/recv), see call.h
   uint64_t call_desc = 0;  // kData: CallDesc::pack() of the sender's call
 };
+constexpr uint64_t kReleaseRestored = 1;  // kRelease's offset: the operator restored the rail, end your hold too
+
 static_assert(sizeof(FrameHeader) == 56, "frame header must stay 56 bytes");
 
 constexpr uint32_t kMaxAbortReason = 4096;  // bytes of reason a kAbort frame carries at most

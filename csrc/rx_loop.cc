@@ -404,12 +404,14 @@ std::string Transport::rx_frame_done(RxStream& s) {
       // use in both directions, and this side's state says so too.
       std::lock_guard<std::mutex> g(mu_);
       c.peer_drained = FrameType(h.type) == FrameType::kDrain;
-      if (c.peer_drained && c.state == RailState::kUp)
-        c.state = c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
-      else if (!c.peer_drained && !rail_drained_[c.rail] &&
-               (c.state == RailState::kDraining || c.state == RailState::kDrained))
-        c.state = RailState::kUp;
+      if (is_connected(c.state)) c.state = connected_state_locked(c);
       p.wake_writers();
+      return "";
+    }
+    case FrameType::kHold:
+    case FrameType::kRelease: {
+      std::lock_guard<std::mutex> g(mu_);
+      on_peer_hold_locked(c, FrameType(h.type) == FrameType::kHold, h.offset == kReleaseRestored);
       return "";
     }
     default:

@@ -18,6 +18,11 @@ namespace r2cc {
 //   suspect_after_s  how long this rail may now be quiet before it is suspect
 //   last_error_time  unix seconds
 //   fallback         a fallback rail (e.g. the management network)
+//   flap_failures    failures counted by flap dampening (operator failovers are not)
+//   flap_penalty     the dampening penalty now (each failure adds 1; it halves every flap_half_life_s)
+//   holds            times this side held the rail out for flapping
+//   hold_left_s      time left of this side's hold (0: not held by this side)
+//   hold_reason      why the rail is held (this side's reason, or that the peer holds it)
 #define R2CC_CONN_STATS(X)                \
   X(int, peer, -1)                        \
   X(int, rail, -1)                        \
@@ -37,7 +42,12 @@ namespace r2cc {
   X(double, last_detect_s, 0)             \
   X(std::string, last_error, "")          \
   X(double, last_error_time, 0)           \
-  X(bool, fallback, false)
+  X(bool, fallback, false)                \
+  X(uint64_t, flap_failures, 0)           \
+  X(double, flap_penalty, 0)              \
+  X(uint64_t, holds, 0)                   \
+  X(double, hold_left_s, 0)               \
+  X(std::string, hold_reason, "")
 
 // What this rank knows of a peer as a whole (not per rail).
 //   stalled        every rail silent while its host still acknowledges our bytes
@@ -65,6 +75,7 @@ namespace r2cc {
 //   handoffs       inline writes that filled the socket: the rail's writer finished the chunk
 //   hedges         hedge copies written (a small message's second copy, on another rail)
 //   writer_chunks  data chunks a rail's writer thread wrote (the rest left from a caller)
+//   holds          rails held out for flapping (flap dampening)
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
@@ -74,7 +85,8 @@ namespace r2cc {
   X(uint64_t, spin_misses, 0)           \
   X(uint64_t, handoffs, 0)              \
   X(uint64_t, hedges, 0)                \
-  X(uint64_t, writer_chunks, 0)
+  X(uint64_t, writer_chunks, 0)         \
+  X(uint64_t, holds, 0)
 
 // Generators: a member with its initial value; a call f(name, member pointer) of each_field().
 #define R2CC_STATS_MEMBER(type, name, init) type name = init;

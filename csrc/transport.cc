@@ -27,6 +27,7 @@ const char* rail_state_name(RailState s) {
     case RailState::kDrained: return "drained";
     case RailState::kDown: return "down";
     case RailState::kRecovering: return "recovering";
+    case RailState::kHeld: return "held";
   }
   return "?";
 }

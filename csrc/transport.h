@@ -52,6 +52,10 @@ namespace r2cc {
 // watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
 // fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
 // spin_us: a waiting caller polls its sockets this long before it sleeps (less latency, more CPU).
+// flap_*, hold_*: flap dampening (dampening.cc): each failure of a rail adds 1 to its penalty,
+// which halves every flap_half_life_s; a failure that brings it to flap_threshold (0: never)
+// holds the rail out until it has gone hold_s without failing, doubled for each new hold up to
+// hold_max_s.
 // chunk_bytes / min_chunk_bytes: a bulk message's chunk carries ~kChunkTimeMs of the slowest rail
 // to its peer, between these two (bulk_chunk_locked).
 #define R2CC_TRANSPORT_OPTIONS(X)          \
@@ -69,7 +73,11 @@ namespace r2cc {
   X(size_t, hedge_bytes, 16 * 1024)        \
   X(bool, watchdog_realtime, true)         \
   X(int, fallback_rails, 0)                \
-  X(int, spin_us, 0)
+  X(int, spin_us, 0)                       \
+  X(double, flap_threshold, 2.0)           \
+  X(double, flap_half_life_s, 60)          \
+  X(double, hold_s, 10)                    \
+  X(double, hold_max_s, 300)
 
 struct TransportOptions {
 #define R2CC_OPTION_FIELD(type, name, value) type name = value;
@@ -80,7 +88,9 @@ struct TransportOptions {
 // Rail connection states. Only the transport moves them:
 // kConnecting -> kUp <-> kDraining -> kDrained ; any connected state -> kDown
 // (failure) -> kRecovering (probe connected, handshaking) -> kUp.
-enum class RailState { kConnecting, kUp, kDraining, kDrained, kDown, kRecovering };
+// kUp <-> kHeld: connected, carrying no new chunks while this side or the peer dampens a
+// flapping rail (dampening.cc); like a drained rail it carries traffic only when nothing else can.
+enum class RailState { kConnecting, kUp, kDraining, kDrained, kDown, kRecovering, kHeld };
 const char* rail_state_name(RailState s);
 
 struct OutMsg;
@@ -141,7 +151,7 @@ class Transport {
   void drain_rail(int rail, bool force = true);    // no new chunks; in-flight ones finish; peers told
   void undrain_rail(int rail);
   void failover_rail(int rail, bool force = true); // fail now, re-send in-flight chunks, keep it out
-  void restore_rail(int rail);  // end an operator failover: probe and re-admit
+  void restore_rail(int rail);  // end an operator failover or a flap hold: probe and re-admit
   // Test fault injector: rail `rail` to `peer` fails (as on a socket error) right after
   // its writer thread (or a caller refilling its window) has sent `chunks` more data chunks,
   // i.e. with a chunk surely in flight. Chunks sent by the posting thread do not count.
@@ -228,6 +238,20 @@ class Transport {
   void update_bandwidth_locked(Conn& c, int64_t now);
   void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);
   std::string no_path_error_locked(const Peer& p, ErrorKind* kind) const;
+
+  // dampening.cc: flap dampening. A rail's failures (a failover of its chunks, not an operator's)
+  // raise a decaying penalty; at the threshold the rail is held: kept connected and probed by
+  // its heartbeats, but given no new chunks, until the hold ends (watchdog) or restore_rail.
+  void note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now);
+  void start_hold_locked(Conn& c, int64_t now, const std::string& reason);
+  void end_hold_locked(Conn& c, const char* why);
+  void check_holds_locked(Peer& p, int64_t now);  // watchdog: ends holds whose time is up
+  void on_peer_hold_locked(Conn& c, bool held, bool restored);  // the peer's kHold / kRelease frame
+  void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
+  double flap_penalty_locked(const Conn& c, int64_t now) const;  // decayed to now
+  int64_t hold_ns_locked(int level) const;  // quiet time the level-th hold in a row asks for
+  // The state a connected rail settles in: drained (by either side) before held before up.
+  RailState connected_state_locked(const Conn& c) const;
 
   // operator_actions.cc: each action atomic under mu_; a refused one changes nothing.
   void check_rail(int rail) const;  // throws out_of_range

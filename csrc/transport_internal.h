@@ -16,7 +16,7 @@ inline double unix_now() {
 }
 
 inline bool is_connected(RailState s) {
-  return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained;
+  return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained || s == RailState::kHeld;
 }
 
 struct Transport::Conn {
@@ -29,6 +29,17 @@ struct Transport::Conn {
   std::map<int, int> fd_users;  // reader/writer threads still using a socket; the last one closes a retired fd
   RailState state = RailState::kConnecting;
   bool peer_drained = false;  // the peer asked us not to put new chunks on this rail
+  // Flap dampening (dampening.cc). penalty is its value at penalty_ns; it decays from there.
+  struct Dampening {
+    double penalty = 0;
+    int64_t penalty_ns = 0;
+    int level = 0;              // holds since the penalty last faded: this hold asks hold_s * 2^(level-1) quiet
+    int64_t hold_until_ns = 0;  // this side holds the rail out until then (0: no hold)
+    std::string reason;         // why, for people: failures, over how long, the last error
+    bool peer_holds = false;    // the peer holds it out (its kHold frame)
+    bool restore_pending = false;  // restored while down: tell the peer at the next install
+    bool holding(int64_t now) const { return hold_until_ns > now; }
+  } damp;
   // Silent while other rails to the peer deliver: its chunks were re-sent elsewhere and it
   // takes no new ones, but the connection is kept; bytes arriving again clear it, a
   // longer silence fails it for real.

@@ -47,6 +47,10 @@ class TransportOptions:
     watchdog_realtime: bool
     fallback_rails: int
     spin_us: int
+    flap_threshold: float
+    flap_half_life_s: float
+    hold_s: float
+    hold_max_s: float
     FIELDS: ClassVar[list[str]]  # the fields above, in csrc/transport.h's order
     def __init__(self) -> None: ...
 
@@ -71,6 +75,11 @@ class ConnStats:
     last_error: str
     last_error_time: float
     fallback: bool
+    flap_failures: int
+    flap_penalty: float
+    holds: int
+    hold_left_s: float
+    hold_reason: str
     FIELDS: ClassVar[list[str]]  # the fields above, in order
     def as_dict(self) -> dict[str, int | float | bool | str]: ...
 
@@ -97,6 +106,7 @@ class Counters:
     handoffs: int
     hedges: int
     writer_chunks: int
+    holds: int
     FIELDS: ClassVar[list[str]]
     def as_dict(self) -> dict[str, int]: ...
 

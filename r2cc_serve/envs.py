@@ -73,6 +73,29 @@ _knob("R2CC_PEER_SILENCE_MS", 400, int,
 _knob("R2CC_PROBE_INTERVAL_MS", 200, int,
       "How often a failed rail is probed (reconnect attempt) for re-admission.",
       transport="probe_interval_ms")
+_knob("R2CC_FLAP_THRESHOLD", 2.0, float,
+      "Flap dampening: each failure of a rail (to one peer) adds 1 to its penalty, which halves "
+      "every R2CC_FLAP_HALF_LIFE_S; a failure that brings it to this value holds the rail out "
+      "(state held: connected and probed, no new chunks; the peer is told). At 2 the third "
+      "failure within about a minute holds and one or two never do, so a single fault is "
+      "re-admitted as fast as without dampening (one 1 s down / 2 s up flap costs a failover, "
+      "re-sent chunks and a slower step each time). 0: never hold.",
+      transport="flap_threshold")
+_knob("R2CC_FLAP_HALF_LIFE_S", 60.0, float,
+      "Flap dampening: the penalty halves every this many seconds, so failures an hour apart "
+      "never add up while a rail failing every few seconds reaches the threshold at once.",
+      transport="flap_half_life_s")
+_knob("R2CC_FLAP_HOLD_S", 10.0, float,
+      "Flap dampening: a held rail returns once it has gone this long without failing (a held "
+      "rail keeps its heartbeats, so it keeps being judged, and a failure starts the time "
+      "again); each new hold while the penalty is still high doubles it, up to "
+      "R2CC_FLAP_HOLD_MAX_S. The rail returns by itself with its path good; POST .../restore "
+      "ends a hold at once.",
+      transport="hold_s")
+_knob("R2CC_FLAP_HOLD_MAX_S", 300.0, float,
+      "Flap dampening: the longest quiet time a hold asks for (an optic that keeps flapping on "
+      "and off for hours is tried again every 5 minutes).",
+      transport="hold_max_s")
 _knob("R2CC_ALL_RAILS_DOWN_GRACE_MS", 600, int,
       "A collective waiting on a peer with no healthy rail waits this long for one to come "
       "back, then the group aborts with RailsDownError on every rank. With no collective "

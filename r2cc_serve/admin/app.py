@@ -125,7 +125,7 @@ def build_router(state: AdminState) -> APIRouter:
     action_route("drain", "Drain: no new chunks on this rail, in-flight ones finish, then 'drained'")
     action_route("undrain", "Undrain: the rail takes new chunks again")
     action_route("failover", "Fail over now: in-flight chunks re-sent on other rails; kept out until restore")
-    action_route("restore", "End a failover: the rail is probed and re-admitted")
+    action_route("restore", "End a failover or a flap hold: the rail is probed and re-admitted (a hold ends at both ends)")
 
     @router.get("/health", response_model=Health, responses={503: {"model": Health}}, summary="Group health")
     async def health():

@@ -75,6 +75,13 @@ def render_decisions(rails: list[dict]) -> str:
     return "operator decisions:\n" + "\n".join(lines) if lines else ""
 
 
+def render_holds(rails: list[dict]) -> str:
+    """One line per rail held out by flap dampening: host, rail, time left, failures, why."""
+    lines = [f"  {r['host']} rail{r['rail']}: held {r['hold']['left_s']:.0f} s more after {r['hold']['failures']} "
+             f"failures ({r['hold']['reason']}); POST /r2cc/v1/rails/{r['host']}/{r['rail']}/restore ends it" for r in rails if r.get("hold")]
+    return "flapping rails held out:\n" + "\n".join(lines) if lines else ""
+
+
 def render_plans(groups: list[dict]) -> str:
     """One line per group: its schedule, each rank's agreed bandwidth, the latest decisions."""
     lines = []
@@ -123,9 +130,9 @@ def _rails(args) -> int:
                 if args.watch:
                     print("\x1b[2J\x1b[H", end="")
                 print(render_table(rails))
-                decided = render_decisions(rails)
-                if decided:
-                    print("\n" + decided)
+                for extra in (render_decisions(rails), render_holds(rails)):
+                    if extra:
+                        print("\n" + extra)
                 if plans:
                     print("\n" + render_plans(plans))
                 print(f"\nhealth: {health['status']}" + "".join(f"\n  - {r}" for r in health["reasons"]))

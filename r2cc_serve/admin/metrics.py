@@ -37,6 +37,10 @@ class R2CCCollector:
         fails = CounterMetricFamily("r2cc_rail_failovers", "times the rail was declared failed", labels=labels)
         detect = GaugeMetricFamily("r2cc_rail_detection_seconds", "silence before the rail's last failure was "
                                    "declared (detection latency)", labels=labels)
+        flaps = CounterMetricFamily("r2cc_rail_flap_failures", "failures counted by flap dampening (not the "
+                                    "operator's failovers)", labels=labels)
+        hold = GaugeMetricFamily("r2cc_rail_hold_seconds", "time left of the host's flap hold on the rail "
+                                 "(0: not held)", labels=labels)
         for r in snap.rails:
             lv = [r["host"], str(r["rail"])]
             up.add_metric(lv, 1.0 if r["state"] in ("up", "slow") else 0.0)
@@ -49,7 +53,9 @@ class R2CCCollector:
             resent.add_metric(lv, r["chunks_resent"])
             fails.add_metric(lv, r["failovers"])
             detect.add_metric(lv, r["detection_s"])
-        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect)
+            flaps.add_metric(lv, r.get("flap_failures", 0))
+            hold.add_metric(lv, (r.get("hold") or {}).get("left_s", 0.0))
+        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold)
         yield from self._hosts(snap)
         yield from self._peers(snap)
         yield self._durations(snap)

@@ -6,7 +6,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, Field
 
-RailState = Literal["up", "slow", "draining", "drained", "down", "recovering", "connecting", "aborted"]
+RailState = Literal["up", "slow", "held", "draining", "drained", "down", "recovering", "connecting", "aborted"]
 
 
 class Connection(BaseModel):
@@ -27,6 +27,16 @@ class Decision(BaseModel):
     at: float = Field(description="when, unix seconds")
 
 
+class Hold(BaseModel):
+    reason: str = Field(description="why the rail is held out: its failures, the penalty, the last error (or that the "
+                        "peer holds it)")
+    left_s: float = Field(description="seconds until this host's hold ends (0: only the peer holds it)")
+    failures: int = Field(description="failures counted by flap dampening on this rail, over all peers")
+    holds: int = Field(description="times this host held the rail out")
+    penalty: float = Field(description="the dampening penalty now (each failure adds 1, it halves every "
+                           "R2CC_FLAP_HALF_LIFE_S; the rail is held at R2CC_FLAP_THRESHOLD)")
+
+
 class Rail(BaseModel):
     host: str
     rail: int
@@ -44,6 +54,7 @@ class Rail(BaseModel):
     chunks_resent: int
     bytes_resent: int
     failovers: int
+    flap_failures: int = Field(0, description="failures counted by flap dampening (operator failovers are not)")
     detection_s: float = Field(description="silence before the last failure was declared")
     last_error: Optional[str]
     last_error_time: Optional[float] = Field(description="unix seconds")
@@ -51,6 +62,9 @@ class Rail(BaseModel):
     decisions: list[Decision] = Field(default_factory=list, description=(
         "the operator's drain or failover of this host's rail, while it holds (until undrain or restore); "
         "kept across restarts with R2CC_STATE_DIR"))
+    hold: Optional[Hold] = Field(None, description=(
+        "flap dampening: the rail failed often enough lately to be held out (state held: connected and probed, "
+        "no new chunks) until left_s runs out or POST .../restore; null when not held"))
 
 
 class RailList(BaseModel):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 # Worst first: a rail shown for a host takes the worst state of its connections.
 # A rail's state says how it carries data; "degraded" is a health status only (ok / degraded / down).
-STATE_ORDER = ["aborted", "down", "recovering", "connecting", "draining", "drained", "slow", "up"]
+# held: flap dampening keeps a flapping rail out for a while (connected, probed, no new chunks).
+STATE_ORDER = ["aborted", "down", "recovering", "connecting", "held", "draining", "drained", "slow", "up"]
 HEALTHY = ("up", "slow")
 
 
@@ -31,13 +32,27 @@ def rail_view(conns: list[dict]) -> dict:
         "bytes_sent": sum(c["bytes_sent"] for c in conns), "bytes_received": sum(c["bytes_recv"] for c in conns),
         "chunks_resent": sum(c["chunks_resent"] for c in conns), "bytes_resent": sum(c["bytes_resent"] for c in conns),
         "failovers": sum(c["failovers"] for c in conns),
+        "flap_failures": sum(c.get("flap_failures", 0) for c in conns),
         "detection_s": max((c["last_detect_s"] for c in conns), default=0.0),
         "last_error": last["last_error"] or None,
         "last_error_time": last["last_error_time"] or None,
         "connections": [{k: c[k] for k in ("peer", "peer_host", "state", "bytes_sent", "bytes_recv",
                                            "chunks_resent", "failovers", "last_error")} for c in conns],
         "decisions": _decisions(conns),
+        "hold": _hold(conns),
     }
+
+
+def _hold(conns: list[dict]) -> dict | None:
+    """Flap dampening on this host's rail: the connection held longest says why and for how long
+    (None when no connection to any peer is held; agents of older builds report no hold)."""
+    held = [c for c in conns if c.get("hold_reason")]
+    if not held:
+        return None
+    longest = max(held, key=lambda c: c.get("hold_left_s", 0.0))
+    return {"reason": longest["hold_reason"], "left_s": max(c.get("hold_left_s", 0.0) for c in conns),
+            "failures": sum(c.get("flap_failures", 0) for c in conns), "holds": sum(c.get("holds", 0) for c in conns),
+            "penalty": max(c.get("flap_penalty", 0.0) for c in conns)}
 
 
 def _decisions(conns: list[dict]) -> list[dict]:

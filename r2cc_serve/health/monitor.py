@@ -40,9 +40,10 @@ def summarize(rails: list[dict], error: str, peers: list[dict] = ()) -> tuple[st
         if not r.get("fallback") and r["state"] != "up":
             why = "; ".join(describe(r["rail"], d["action"], d) for d in r.get("decisions", ()))
             why = why or (r["last_error"] if r["last_error"] and r["state"] == "down" else "")
+            why = why or (r.get("hold_reason", "") if r["state"] == "held" else "")
             reasons.append(f"rail{r['rail']} to rank {r['peer']} is {r['state']}" + (f" ({why})" if why else ""))
     primaries_down = {r["peer"] for r in rails if not r.get("fallback")} - {
-        r["peer"] for r in rails if not r.get("fallback") and r["state"] in ("up", "draining", "drained")}
+        r["peer"] for r in rails if not r.get("fallback") and r["state"] in ("up", "held", "draining", "drained")}
     for peer in sorted(primaries_down):
         reasons.append(f"every rail to rank {peer} is down: traffic runs on the fallback rail")
     return ("degraded" if reasons else "ok"), reasons
@@ -100,7 +101,7 @@ class RailMonitor:
                 ev = {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "host": self.host,
                       "peer": r["peer"],
                       "rail": r["rail"], "address": r["address"], "from": prev, "to": r["state"],
-                      "error": r["last_error"] if r["state"] == "down" else "",
+                      "error": r["last_error"] if r["state"] == "down" else r["hold_reason"] if r["state"] == "held" else "",
                       "detect_s": r["last_detect_s"] if r["state"] == "down" else None}
                 self.events.append(ev)
                 changed.append(ev)

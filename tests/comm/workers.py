@@ -393,3 +393,71 @@ def mid_size_chunk_writers(comm, rank, world):
         exact = bits_equal(comm.all_reduce(mid[rank].clone()), reference_reduce(mid, "sum")) and exact
     return {"exact": exact, "writer_chunks": comm.counters()["writer_chunks"] - before,
             "chunks": sum(s["chunks_sent"] for s in comm.rail_stats()) - sent}
+
+
+def flapping_rail_is_held(rank, world, store, opts):
+    """Rail 2 fails four times (rank 1's fault injector, a chunk in flight each time). The first
+    two failures are re-admitted at once; the third holds the rail out at both ends (no bytes on
+    it while traffic runs) until the hold ends by itself; the fourth holds it again, twice as long,
+    and rank 0's restore_rail ends that hold at both ends. Every result is checked bit for bit."""
+    comm = open_comm(rank, world, store, **opts)
+    n = 4 << 20  # 16 MiB: many chunks, so the rail's writer thread carries some
+    x = make_input(rank, n, torch.float32)
+    want = reference_reduce([make_input(r, n, torch.float32) for r in range(world)], "sum")
+    exact = True
+
+    def rail2():
+        return next(s for s in comm.rail_stats() if s["rail"] == 2)  # two ranks: one peer
+
+    def reduce_exact(times=1):
+        nonlocal exact
+        for _ in range(times):
+            exact &= bits_equal(comm.all_reduce(x.clone()), want)
+
+    def wait_for(states, timeout_s):
+        t0 = time.monotonic()
+        while rail2()["state"] not in states and time.monotonic() - t0 < timeout_s:
+            time.sleep(0.02)
+        return rail2()["state"], time.monotonic() - t0
+
+    def fail_rail2(step):
+        store_barrier(store, f"fail{step}", rank, world)
+        if rank == 1:
+            comm.inject_failure(0, 2, after_chunks=2)
+        reduce_exact()
+
+    try:
+        reduce_exact()
+        out = {"readmitted": []}
+        for step in range(2):
+            fail_rail2(step)
+            out["readmitted"].append(wait_for(("up",), 10))
+        fail_rail2(2)
+        out["held"] = wait_for(("held",), 5)
+        s = rail2()
+        out["hold"] = {k: s[k] for k in ("hold_reason", "hold_left_s", "holds", "flap_failures", "flap_penalty")}
+        store_barrier(store, "held", rank, world)
+        before = rail2()["bytes_sent"]
+        reduce_exact(5)
+        out["bytes_while_held"] = rail2()["bytes_sent"] - before
+        out["still_held"] = rail2()["state"]
+        out["back"] = wait_for(("up",), opts["hold_s"] + 5)
+        store_barrier(store, "back", rank, world)
+        before = rail2()["bytes_sent"]
+        reduce_exact(10)
+        out["bytes_after"] = rail2()["bytes_sent"] - before
+        fail_rail2(3)
+        out["held_again"] = wait_for(("held",), 5)
+        out["hold_again_left_s"] = rail2()["hold_left_s"]
+        store_barrier(store, "restore", rank, world)
+        if rank == 0:
+            comm.restore_rail(2)
+        out["restored"] = wait_for(("up",), 3)
+        store_barrier(store, "restored", rank, world)
+        out["penalty_after_restore"] = rail2()["flap_penalty"]
+        out["holds_counter"] = comm.counters()["holds"]
+        reduce_exact()
+        out["exact"] = exact
+        return out
+    finally:
+        comm.close()
