@@ -149,7 +149,15 @@ def check_listing_auth_and_metrics(dep, hosts: list[str]) -> None:
         for k in range(5):
             assert _m(m, "r2cc_rail_up", host=h, rail=str(k)) == 1.0
     assert sum(_m(m, "r2cc_rail_sent_bytes_total", host=h, rail=str(k)) for h in hosts for k in range(4)) > 0
-    counts = {lbl: v for (name, lbl), v in m.items() if name == "r2cc_collective_duration_seconds_count"}
+    # Durations reach /metrics through two samplers (each rank's monitor, the API's view of every
+    # rank): on a busy box a sample can lag the warm-up, so wait for it, bounded.
+    deadline = time.monotonic() + 15
+    while True:
+        counts = {lbl: v for (name, lbl), v in m.items() if name == "r2cc_collective_duration_seconds_count"}
+        if (len(counts) == 2 and all(v > 0 for v in counts.values())) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+        m = admin.metrics()
     assert len(counts) == 2 and all(v > 0 for v in counts.values()), counts
 
 
