@@ -35,3 +35,30 @@ def test_host_gauges_count_data_rails_and_name_the_fallback():
 
 def test_no_token_shows_as_mutations_refused():
     assert "r2cc_admin_token_configured 0.0" in _text([_rail("node0", 0, "up")], mutations_enabled=False)
+
+
+def _conn(peer, state, hold_reason="", hold_left_s=0.0, flap_failures=0):
+    return {"peer": peer, "peer_host": f"node{peer}", "rail": 2, "address": "10.0.2.1", "state": state,
+            "fallback": False, "bandwidth_Bps": 1e8, "rtt_s": 1e-4, "bytes_sent": 0, "bytes_recv": 0,
+            "chunks_resent": 0, "bytes_resent": 0, "failovers": flap_failures, "last_detect_s": 0.06,
+            "last_error": "", "last_error_time": 0.0, "flap_failures": flap_failures, "flap_penalty": 2.9,
+            "holds": 1 if hold_reason else 0, "hold_left_s": hold_left_s, "hold_reason": hold_reason}
+
+
+def test_a_held_rail_is_shown_held_with_why_and_time_left():
+    from r2cc_serve.admin.cli import render_holds
+    from r2cc_serve.admin.snapshot import rail_view
+
+    view = rail_view([_conn(1, "up", flap_failures=1),
+                      _conn(2, "held", "flapping: 3 failures, penalty 2.9 >= 2.0", 7.5, flap_failures=3)])
+    assert view["state"] == "held"  # the worst connection's state is the host's rail's
+    assert view["flap_failures"] == 4
+    assert view["hold"]["reason"].startswith("flapping: 3 failures") and view["hold"]["left_s"] == 7.5
+    assert rail_view([_conn(1, "up")])["hold"] is None
+    line = render_holds([dict(view, host="node0")])
+    assert "node0 rail2: held 8 s more after 4 failures" in line and "/restore" in line
+    text = _text([dict(view, host="node0", detection_s=0.06)])
+    for want in ('r2cc_rail_state{host="node0",rail="2",state="held"} 1.0', 'r2cc_rail_up{host="node0",rail="2"} 0.0',
+                 'r2cc_rail_hold_seconds{host="node0",rail="2"} 7.5',
+                 'r2cc_rail_flap_failures_total{host="node0",rail="2"} 4.0'):
+        assert want in text, want
