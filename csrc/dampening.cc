@@ -94,19 +94,19 @@ void Transport::check_holds_locked(Peer& p, int64_t now) {
 void Transport::on_peer_hold_locked(Conn& c, bool held, bool restored) {
   c.damp.peer_holds = held;
   // The operator restored the rail at the peer: the hold ends at both ends, and the penalty with it.
-  if (restored) {
-    c.damp.penalty = 0;
-    c.damp.level = 0;
-    end_hold_locked(c, "restored by the operator at the peer");
-  }
+  if (restored) forgive_locked(c, "restored by the operator at the peer");
   if (c.state == RailState::kUp || c.state == RailState::kHeld) c.state = connected_state_locked(c);
   peers_[c.peer]->wake_writers();
 }
 
-void Transport::restore_conn_locked(Conn& c) {
+void Transport::forgive_locked(Conn& c, const char* why) {
   c.damp.penalty = 0;
   c.damp.level = 0;
-  end_hold_locked(c, "restored by the operator");
+  end_hold_locked(c, why);
+}
+
+void Transport::restore_conn_locked(Conn& c) {
+  forgive_locked(c, "restored by the operator");
   // The peer's end is held too, most likely: tell it now, or when the rail next connects.
   if (is_connected(c.state)) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));
   else c.damp.restore_pending = true;

@@ -247,6 +247,7 @@ class Transport {
   void end_hold_locked(Conn& c, const char* why);
   void check_holds_locked(Peer& p, int64_t now);  // watchdog: ends holds whose time is up
   void on_peer_hold_locked(Conn& c, bool held, bool restored);  // the peer's kHold / kRelease frame
+  void forgive_locked(Conn& c, const char* why);  // no penalty, no hold (this side)
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
   double flap_penalty_locked(const Conn& c, int64_t now) const;  // decayed to now
   int64_t hold_ns_locked(int level) const;  // quiet time the level-th hold in a row asks for
