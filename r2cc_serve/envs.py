@@ -179,6 +179,16 @@ _knob("R2CC_NETNS", "", str,
       "Namespace holding a rank's rails; {rank} and {node} are filled in (e.g. r2cc-h{rank}).")
 _knob("R2CC_FALLBACK_RAILS", "", str,
       "Comma-separated fallback rails (e.g. mgmt0) used only when every rail to a peer is down.")
+_knob("R2CC_FT_AUTO_RETRY", True, _bool,
+      "With `vllm serve --enable-fault-tolerance`: after an r2cc group gives up (every rail to a "
+      "peer down past R2CC_ALL_RAILS_DOWN_GRACE_MS), r2cc itself sends vLLM's `retry` until a "
+      "rail is back and the group re-forms. Off: only an operator's POST /fault_tolerance/apply "
+      "{\"instruction\": \"retry\"} resumes the engine (before vLLM's engine_recovery_timeout_sec).")
+_knob("R2CC_FT_RETRY_INTERVAL_S", 0.5, float,
+      "Pause between two automatic retries while the rails are still down.")
+_knob("R2CC_FT_REFORM_TIMEOUT_S", 3.0, float,
+      "One retry's bound for re-forming a group: the ranks meeting in the store, then at least "
+      "one rail to every peer connecting. A retry that runs out leaves the engine unhealthy.")
 
 # --- health and control ----------------------------------------------------------
 _knob("R2CC_CONTROL", True, _bool,
