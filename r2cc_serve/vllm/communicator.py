@@ -5,15 +5,23 @@ in every worker. Rendezvous uses the store of vLLM's default process group (tcp:
 multi-node, file:// on one node); rails come from the rail map (rail_config.py).
 Collectives are out of place: vLLM calls them through custom ops declared as
 non-mutating, and an in-place all_reduce gives wrong tokens under torch.compile.
+
+A group that gives up (fault_tolerance.py) raises its error with the rails named and what
+vLLM does next; on vLLM's fault-tolerance `retry`, recover_from_fault re-forms the group.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import json
 import logging
 
 import torch
 
-from r2cc_serve.vllm import compat
+from r2cc_serve import envs
+from r2cc_serve.errors import GroupAbortedError
+from r2cc_serve.vllm import compat, fault_tolerance
 from r2cc_serve.comm import registry
 from r2cc_serve.comm.communicator import Communicator, ControlPlane
 from r2cc_serve.comm.rail_config import load_rail_config
@@ -40,41 +48,103 @@ class R2CCCommunicator(_Base):
         super().__init__(cpu_group, device, device_group, unique_name, **kwargs)
         cfg = compat.current_vllm_config(required=False)
         node = cfg.parallel_config.node_rank if cfg is not None else 0
-        rails = load_rail_config(self.global_rank, node)
-        store = compat.group_store(f"r2cc/{unique_name}/")
-        # The status file, events and admin API name the global rank and the node.
-        self.comm = Communicator(self.rank_in_group, self.world_size, store, rails.rails, netns=rails.netns,
-                                 group=unique_name, fallback_rails=rails.fallback_rails,
-                                 control=ControlPlane(node, self.global_rank, f"node{node}"))
+        self.ft_enabled = bool(cfg is not None and getattr(cfg.parallel_config, "enable_fault_tolerance", False))
+        self.rails = load_rail_config(self.global_rank, node)
         self.node = node
-        registry.register(unique_name, self.global_rank, node, self.comm)
-        log.warning("%s", loglines.group_up_line(unique_name, self.rank_in_group, self.world_size, self.global_rank,
-                                                 node, self.comm.rail_ips, rails.netns, rails.fallback_rails))
+        self.comm = self._build(compat.group_store(f"r2cc/{unique_name}/"))
+
+    def _build(self, store, **options) -> Communicator:
+        """A Communicator for this group over `store`, registered for health and admin."""
+        rails, node = self.rails, self.node
+        # The status file, events and admin API name the global rank and the node.
+        comm = Communicator(self.rank_in_group, self.world_size, store, rails.rails, netns=rails.netns,
+                            group=self.unique_name, fallback_rails=rails.fallback_rails,
+                            control=ControlPlane(node, self.global_rank, f"node{node}"), **options)
+        registry.register(self.unique_name, self.global_rank, node, comm)
+        log.warning("%s", loglines.group_up_line(self.unique_name, self.rank_in_group, self.world_size,
+                                                 self.global_rank, node, comm.rail_ips, rails.netns,
+                                                 rails.fallback_rails))
+        return comm
+
+    @contextlib.contextmanager
+    def _explained(self):
+        """A group that gave up raises the same error class, its message naming this rank's rails
+        and saying what vLLM does next (with or without --enable-fault-tolerance)."""
+        try:
+            yield
+        except GroupAbortedError as exc:
+            if fault_tolerance.GAVE_UP in str(exc):
+                raise
+            try:
+                stats = self.comm.rail_stats()
+            except Exception:  # noqa: BLE001 - the words must not hide the error
+                stats = []
+            msg = fault_tolerance.explain(
+                exc, group=self.unique_name, rank=self.rank_in_group, global_rank=self.global_rank,
+                rail_stats=stats, peers=[p for p in range(self.world_size) if p != self.rank_in_group],
+                ft_enabled=self.ft_enabled, auto_retry=envs.get("R2CC_FT_AUTO_RETRY"))
+            raise type(exc)(msg) from exc
+
+    def recover_from_fault(self, tag: str, timeout_s: float) -> None:
+        """vLLM's fault-tolerance retry (in every worker at once): close this group and form a new one
+        of the same name. The ranks meet under r2cc/<group>/ft/<tag>/ (tag: the retry's request id,
+        equal on every rank), so nothing of an earlier attempt is read. Raises, leaving the group
+        closed, if the other ranks do not arrive within timeout_s or no rail to a peer connects."""
+        old, self.comm = self.comm, None
+        registry.unregister(self.unique_name)
+        with contextlib.suppress(Exception):
+            old.close()
+        self.comm = old  # until a new group is up: calls raise the closed group's error
+        store = compat.group_store(f"r2cc/{self.unique_name}/ft/{tag}/")
+        store.set(f"arrive/{self.rank_in_group}", b"1")
+        try:
+            store.wait([f"arrive/{r}" for r in range(self.world_size)], datetime.timedelta(seconds=timeout_s))
+        except Exception as exc:  # noqa: BLE001 - torch raises DistStoreError/RuntimeError by version
+            raise TimeoutError(f"r2cc: the other ranks of {self.unique_name} did not arrive for retry {tag} "
+                               f"within {timeout_s:g} s ({type(exc).__name__})") from None
+        try:
+            self.comm = self._build(store, connect_timeout_s=float(timeout_s))
+        except Exception as exc:
+            # Let the peers stop waiting for our address now rather than at the store's timeout.
+            inner = f"r2cc/{self.unique_name}/"
+            with contextlib.suppress(Exception):
+                if self.rank_in_group == 0 and not store.check([inner + "secret"]):
+                    store.set(inner + "secret", b"00" * 32)
+                if not store.check([inner + f"addr/{self.rank_in_group}"]):
+                    store.set(inner + f"addr/{self.rank_in_group}", json.dumps([]))
+            raise exc
 
     def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_reduce(input_, inplace=False)
+        with self._explained():
+            return self.comm.all_reduce(input_, inplace=False)
 
     def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        return _concat_gathered(self.comm.all_gather(input_), input_, dim)
+        with self._explained():
+            return _concat_gathered(self.comm.all_gather(input_), input_, dim)
 
     def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
         dim = dim % input_.dim()
-        out = self.comm.reduce_scatter(input_.movedim(dim, 0).contiguous())
+        with self._explained():
+            out = self.comm.reduce_scatter(input_.movedim(dim, 0).contiguous())
         return out.movedim(0, dim).contiguous()
 
     def gather(self, input_: torch.Tensor, dst: int = 0, dim: int = -1) -> torch.Tensor | None:
-        gathered = self.comm.gather(input_, dst=dst)
+        with self._explained():
+            gathered = self.comm.gather(input_, dst=dst)
         return None if gathered is None else _concat_gathered(gathered, input_, dim)
 
     def broadcast(self, input_: torch.Tensor, src: int = 0) -> torch.Tensor:
-        return self.comm.broadcast(input_, src=src)
+        with self._explained():
+            return self.comm.broadcast(input_, src=src)
 
     def send(self, tensor: torch.Tensor, dst: int | None = None) -> None:
-        self.comm.send(tensor, (self.rank_in_group + 1) % self.world_size if dst is None else dst)
+        with self._explained():
+            self.comm.send(tensor, (self.rank_in_group + 1) % self.world_size if dst is None else dst)
 
     def recv(self, size: torch.Size, dtype: torch.dtype, src: int | None = None) -> torch.Tensor:
         out = torch.empty(size, dtype=dtype)
-        return self.comm.recv(out, (self.rank_in_group - 1) % self.world_size if src is None else src)
+        with self._explained():
+            return self.comm.recv(out, (self.rank_in_group - 1) % self.world_size if src is None else src)
 
     def destroy(self) -> None:
         registry.unregister(self.unique_name)

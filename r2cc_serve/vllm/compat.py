@@ -197,3 +197,202 @@ def add_worker_method(name: str, fn: Callable) -> None:
 
     if not hasattr(WorkerWrapperBase, name):
         setattr(WorkerWrapperBase, name, fn)
+
+
+# --- vLLM's fault-tolerance mode (--enable-fault-tolerance) for tensor-parallel groups ------------
+# vLLM 0.32 built it for data-parallel MoE deployments; patches/tp-fault-tolerance.patch is the same
+# change as an upstreamable patch, and patches/README.md says line by line why each piece is needed.
+
+
+def allow_fault_tolerance_without_data_parallel(applies: Callable[[], bool]) -> None:
+    """Let --enable-fault-tolerance through create_engine_config for a deployment without data
+    parallelism (one engine: there is no load balancer, external or internal, to speak of).
+
+    vLLM 0.32 refuses it unless --data-parallel-external-lb or --data-parallel-rank is given.
+    The check is inside create_engine_config, so the flag is hidden from that one call and set
+    on the resulting ParallelConfig; vLLM's other check (a single API server) is repeated here.
+    """
+    engine_args = engine_args_cls()
+    original = engine_args.create_engine_config
+    if getattr(original, "_r2cc_ft_wrapped", False):
+        return
+
+    def create_engine_config(self, *args, **kwargs):
+        if not (self.enable_fault_tolerance and applies()) or self.data_parallel_size > 1 \
+                or self.data_parallel_external_lb or self.data_parallel_rank is not None:
+            return original(self, *args, **kwargs)
+        self.enable_fault_tolerance = False
+        try:
+            config = original(self, *args, **kwargs)
+        finally:
+            self.enable_fault_tolerance = True
+        parallel = config.parallel_config
+        if parallel._api_process_count > 1:
+            raise ValueError("Fault tolerance requires a single API server process (--api-server-count=1), "
+                             f"but got {parallel._api_process_count}.")
+        parallel.enable_fault_tolerance = True
+        return config
+
+    create_engine_config._r2cc_ft_wrapped = True
+    for flag in ("_r2cc_wrapped",):  # keep the other wrapper's idempotence flag visible
+        if getattr(original, flag, False):
+            setattr(create_engine_config, flag, True)
+    engine_args.create_engine_config = create_engine_config
+
+
+def device_communicators_with(method: str) -> list:
+    """The device communicators of this process's vLLM groups that have `method` (r2cc's)."""
+    from vllm.distributed import parallel_state
+
+    out = []
+    for ref in list(parallel_state._groups.values()):
+        group = ref()
+        comm = getattr(group, "device_communicator", None) if group is not None else None
+        if comm is not None and callable(getattr(comm, method, None)):
+            out.append(comm)
+    return out
+
+
+def recover_groups_on_retry(recover: Callable[[list, str], dict]) -> None:
+    """Make vLLM's worker side of `retry` work for tensor-parallel groups on CPU.
+
+    WorkerSentinel (vllm/v1/worker/sentinel/gpu_worker_sentinel.py) refuses any all2all backend
+    but DeepEP/NIXL-EP at worker start, even with no expert parallelism; its retry calls
+    torch.accelerator.synchronize(), which raises without an accelerator; and it re-forms only
+    the data-parallel group. Here: the all2all check only when experts are spread over DP ranks,
+    the synchronize only with an accelerator, and after the worker's state is cleaned
+    `recover(communicators, request_id)` re-forms the device communicators (its dict is the
+    worker's answer; {"ok": False} fails the retry without a traceback).
+    """
+    from vllm.v1.worker.sentinel import gpu_worker_sentinel as ws
+
+    cls = ws.WorkerSentinel
+    if getattr(cls, "_r2cc_patched", False):
+        return
+    original_init, original_retry = cls.__init__, cls.retry
+
+    def __init__(self, worker):
+        parallel = worker.parallel_config
+        if parallel.data_parallel_size > 1 and parallel.enable_expert_parallel:
+            return original_init(self, worker)
+        self.worker = worker
+        self.dp_rank = parallel.data_parallel_rank
+        self.dp_size = parallel.data_parallel_size
+        self.data_parallel_master_ip = parallel.data_parallel_master_ip
+
+    def retry(self, ft_request):
+        import torch
+
+        if self.dp_size > 1:
+            original_retry(self, ft_request)
+        else:
+            if torch.accelerator.is_available():
+                torch.accelerator.synchronize()
+            self._clean_worker_state()
+        return recover(device_communicators_with("recover_from_fault"), ft_request.request_id or "retry")
+
+    cls.__init__, cls.retry = __init__, retry
+    cls._r2cc_patched = True
+
+
+def explain_faults_and_retry(reason_of: Callable[[BaseException], str | None],
+                             retry_interval_of: Callable[[str | None], float | None]) -> None:
+    """The engine side of vLLM's fault tolerance (vllm/v1/fault_tolerance/engine_core_sentinel.py):
+
+    on_fault: as vLLM's, but the requests in flight end with stop_reason = reason_of(exc) (r2cc's
+      explanation, naming the rails; finish_reason stays "abort"), and fault_info in
+      GET /fault_tolerance/status carries it too, not only the exception's class name. When
+      retry_interval_of(reason) is a number, a thread sends `retry` every that many seconds
+      until it succeeds or vLLM's engine_recovery_timeout_sec passes.
+    retry: one at a time (the operator's call and the automatic one may meet); the prefix cache
+      is reset first (a step that failed half way may have left cached blocks whose KV was never
+      written); the workers' answers are read, and a worker that could not recover fails the
+      retry and leaves the engine unhealthy (vLLM's retry would mark it healthy regardless).
+    """
+    import threading
+    import time
+    import uuid
+
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, EngineStatusType, FinishReason
+    from vllm.v1.fault_tolerance import engine_core_sentinel as ecs
+    from vllm.v1.fault_tolerance.utils import FaultToleranceRequest, FaultToleranceResult
+    from vllm.v1.request import RequestStatus
+
+    cls = ecs.EngineCoreSentinel
+    if getattr(cls, "_r2cc_patched", False):
+        return
+    original_retry = cls.retry
+
+    def on_fault(self, exc: Exception):
+        self.resumed.clear()
+        reason = reason_of(exc)
+        ecs.logger.warning("[FT] Busy loop raised %s. Waiting for recovery.%s", type(exc).__name__,
+                           f" {reason}" if reason else "")
+        engine = self.engine
+        aborted = engine.scheduler.finish_requests(None, RequestStatus.FINISHED_ABORTED)
+        by_client: dict[int, list[str]] = {}
+        for request in aborted:
+            by_client.setdefault(request.client_index, []).append(request.request_id)
+        for client_index, req_ids in by_client.items():
+            outputs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ABORT, stop_reason=reason)
+                       for r in req_ids]
+            engine.output_queue.put_nowait(
+                (client_index, EngineCoreOutputs(finished_requests=req_ids, outputs=outputs)))
+        if engine.batch_queue is not None:
+            engine.batch_queue.clear()
+        if getattr(engine.model_executor, "is_failed", False):
+            self.status_type = EngineStatusType.DEAD
+        else:
+            self.status_type = EngineStatusType.UNHEALTHY
+        self.fault_info = reason or type(exc).__name__
+        ecs.logger.info("[FT] Engine %d status -> %s:", self.engine_index, self.status_type.name, exc_info=exc)
+        self._push_status()
+        interval = retry_interval_of(reason) if self.status_type == EngineStatusType.UNHEALTHY else None
+        if interval is not None:
+            threading.Thread(target=_auto_retry, args=(self, interval), name="r2cc-ft-retry", daemon=True).start()
+
+    def _auto_retry(self, interval: float) -> None:
+        deadline = time.monotonic() + self.engine_recovery_timeout_sec
+        attempt = 0
+        while not self.resumed.is_set() and time.monotonic() < deadline:
+            if self.resumed.wait(interval):
+                return
+            if self.status_type != EngineStatusType.UNHEALTHY:
+                return
+            attempt += 1
+            request = FaultToleranceRequest(instruction="retry", params={},
+                                            request_id=f"r2cc-auto-{uuid.uuid4().hex[:12]}")
+            try:
+                result = self.retry(request)
+            except Exception as exc:  # noqa: BLE001 - try again until the deadline
+                ecs.logger.warning("[FT] r2cc automatic retry %d failed: %s", attempt, exc)
+                continue
+            if result.success:
+                ecs.logger.warning("[FT] r2cc automatic retry %d resumed engine %d", attempt, self.engine_index)
+                return
+
+    def retry(self, ft_request):
+        lock = self.__dict__.setdefault("_r2cc_retry_lock", threading.Lock())
+        with lock:
+            if self.status_type != EngineStatusType.UNHEALTHY:
+                return FaultToleranceResult(request_id=ft_request.request_id, success=True,
+                                            reason=f"engine already {self.status_type.name.lower()}")
+            engine = self.engine
+            if hasattr(engine, "dp_group"):  # data parallel: vLLM's own path
+                return original_retry(self, ft_request)
+            engine.scheduler.reset_prefix_cache()
+            if hasattr(engine, "step_counter"):
+                engine.step_counter = 0
+            answers = engine.model_executor.collective_rpc("handle_ft_command", args=(ft_request,))
+            failed = [a.get("error", "") for a in answers if isinstance(a, dict) and not a.get("ok", True)]
+            if failed:
+                return FaultToleranceResult(request_id=ft_request.request_id, success=False,
+                                            reason="workers did not recover: " + "; ".join(failed))
+            self.status_type = EngineStatusType.HEALTHY
+            ecs.logger.info("[FT] Engine %d status -> HEALTHY", self.engine_index)
+            self.resumed.set()
+            self._push_status()
+            return FaultToleranceResult(request_id=ft_request.request_id, success=True)
+
+    cls.on_fault, cls.retry = on_fault, retry
+    cls._r2cc_patched = True

@@ -4,6 +4,8 @@ Loaded by vLLM in the API server, the engine core and every worker. It adds the 
 (whose value travels to the spawned processes as R2CC_DISTRIBUTED_BACKEND) and, when
 the backend is r2cc, makes the platform build R2CCCommunicator for tensor-parallel
 groups with collectives routed through vLLM's custom ops (safe under torch.compile).
+With `--enable-fault-tolerance` too, a group that gives up leaves the engine unhealthy, not
+dead, and r2cc resumes it through vLLM's retry once a rail is back (fault_tolerance.py).
 Without the flag vLLM is untouched.
 """
 
@@ -70,6 +72,13 @@ def register() -> None:
     compat.update_additional_config(
         lambda: {"r2cc_distributed_backend": "r2cc"} if backend() == "r2cc" else {})
     compat.route_platform_communicator(lambda: COMMUNICATOR if backend() == "r2cc" else None)
+    # The API server loads plugins before it parses --distributed-backend: decide at call time.
+    compat.allow_fault_tolerance_without_data_parallel(lambda: backend() == "r2cc")
+    if backend() == "r2cc":  # the engine core and the workers inherit the choice
+        from r2cc_serve.vllm import fault_tolerance
+
+        compat.recover_groups_on_retry(fault_tolerance.recover_groups)
+        compat.explain_faults_and_retry(fault_tolerance.fault_reason, fault_tolerance.auto_retry_interval)
     from r2cc_serve.vllm.endpoint import worker_agents
 
     compat.add_worker_method("r2cc_agents", worker_agents)
