@@ -53,6 +53,7 @@ class RequestResult:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None
+    stop_reason: object = None  # vLLM's choices[0].stop_reason (an aborted request's reason, say)
     sent_at: float = 0.0       # time.time()
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -197,9 +198,11 @@ async def _one(client: httpx.AsyncClient, model: str, spec: LoadSpec, res: Reque
                     last = now
                 if choice.get("finish_reason"):
                     res.finish_reason = choice["finish_reason"]
+                    res.stop_reason = choice.get("stop_reason")
     res.finished_at = time.time()
     if len(res.token_ids) != spec.max_tokens:
-        res.error = f"got {len(res.token_ids)} tokens, expected {spec.max_tokens} (finish: {res.finish_reason})"
+        why = f": {res.stop_reason}" if res.stop_reason else ""
+        res.error = f"got {len(res.token_ids)} tokens, expected {spec.max_tokens} (finish: {res.finish_reason}{why})"
         return
     res.ok = True
 

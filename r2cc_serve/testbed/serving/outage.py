@@ -1,0 +1,172 @@
+"""A host loses every rail (no fallback) while requests decode: what the engine does, timed.
+
+    out = run_outage(dep, host=1, hold_s=30)      # dep: a deployment from deploy.py
+    out.summary()
+
+The sequence: a fault-free load (the reference of this deployment), then long requests in flight,
+every data rail of `host` down for hold_s, the rails back, then the same load again. Recorded:
+when each in-flight request ended and how (finish_reason, stop_reason or error); what
+GET /fault_tolerance/status said and when (with --enable-fault-tolerance); when the rails came
+back and when a request was answered again; whether the vLLM processes are the ones that
+started (no restart) and the model was loaded once; and the tokens before and after.
+
+Every wait is bounded; the rails are brought back whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from r2cc_serve.testbed.faults import FaultSpec
+from r2cc_serve.testbed.serving.load import LoadResult, LoadSpec, compare, run_load
+
+# Written once per worker when its weights are loaded (vLLM 0.32: "Loading weights took");
+# more lines than workers after the fault would mean a reload.
+_MODEL_LOADED = re.compile(r"Loading weights took")
+
+
+@dataclass
+class OutageResult:
+    host: int
+    hold_s: float
+    injected_at: float | None = None
+    restored_at: float | None = None
+    inflight: list[dict] = field(default_factory=list)   # per in-flight request: end time, how
+    status: list[tuple[float, str, str]] = field(default_factory=list)  # (time, status, fault_info)
+    unhealthy_at: float | None = None
+    healthy_at: float | None = None
+    served_again_at: float | None = None  # a request answered after the rails' return
+    procs_alive_after: bool = False
+    model_loads: int = 0
+    before: LoadResult | None = None
+    after: LoadResult | None = None
+    token_diffs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def _rel(self, t: float | None, base: float | None) -> float | None:
+        return None if t is None or base is None else round(t - base, 3)
+
+    def inflight_end_s(self) -> list[float | None]:
+        """Seconds from the fault to the end of each in-flight request."""
+        return [self._rel(r["ended_at"], self.injected_at) for r in self.inflight]
+
+    def summary(self) -> dict:
+        return {
+            "host": self.host, "hold_s": self.hold_s,
+            "inflight_end_after_fault_s": self.inflight_end_s(),
+            "inflight": [{k: r[k] for k in ("finish_reason", "stop_reason", "error", "tokens")} for r in self.inflight],
+            "unhealthy_after_fault_s": self._rel(self.unhealthy_at, self.injected_at),
+            "healthy_after_return_s": self._rel(self.healthy_at, self.restored_at),
+            "served_after_return_s": self._rel(self.served_again_at, self.restored_at),
+            "procs_alive_after": self.procs_alive_after, "model_loads": self.model_loads,
+            "after_ok": None if self.after is None else len(self.after.ok),
+            "after_failed": None if self.after is None else len(self.after.failed),
+            "token_diffs": self.token_diffs[:3], "errors": self.errors,
+            "status_changes": [(self._rel(t, self.injected_at), s, (i or "")[:160]) for t, s, i in self.status],
+        }
+
+
+def ft_status(client: httpx.Client, url: str) -> tuple[str, str]:
+    """(status, fault_info) of engine 0 from GET /fault_tolerance/status; ("absent", "") without the flag,
+    ("down", why) when the server does not answer."""
+    try:
+        r = client.get(f"{url}/fault_tolerance/status", timeout=2.0)
+    except httpx.HTTPError as exc:
+        return "down", f"{type(exc).__name__}"
+    if r.status_code == 404:
+        return "absent", ""
+    engines = (r.json() or {}).get("engines") or [{}]
+    return str(engines[0].get("status", "?")), str(engines[0].get("fault_info") or "")
+
+
+def _long_requests(dep, n: int, max_tokens: int, out: list, timeout_s: float) -> None:
+    spec = LoadSpec(max_tokens=max_tokens, concurrency=n, request_timeout_s=timeout_s, deadline_s=timeout_s + 10)
+    spec.prompts = spec.prompts[:n]
+    res = run_load(dep.url, dep.model, spec)
+    for r in res.results:
+        out.append({"ended_at": r.finished_at or time.time(), "finish_reason": r.finish_reason,
+                    "stop_reason": r.stop_reason, "error": r.error, "tokens": len(r.token_ids), "ok": r.ok})
+
+
+def _answered(client: httpx.Client, dep, timeout_s: float) -> bool:
+    body = {"model": dep.model, "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    try:
+        r = client.post(f"{dep.url}/v1/completions", json=body, timeout=timeout_s)
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200 and r.json().get("choices", [{}])[0].get("finish_reason") in ("length", "stop")
+
+
+def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold_s: float = 30.0,
+               inflight: int = 4, inflight_tokens: int = 1500, recover_timeout_s: float = 60.0,
+               say=print) -> OutageResult:
+    """See the module docstring. `load` is run before and after (same prompts, greedy)."""
+    out = OutageResult(host=host, hold_s=hold_s)
+    lab = dep.lab
+    out.before = run_load(dep.url, dep.model, load)
+    if out.before.failed:
+        out.errors.append(f"fault-free load before the fault failed: {out.before.summary()['errors']}")
+        return out
+    ended: list[dict] = []
+    t = threading.Thread(target=_long_requests, args=(dep, inflight, inflight_tokens, ended, hold_s + 120),
+                         daemon=True, name="outage-inflight")
+    spec = FaultSpec("all-down", host=host)
+    with httpx.Client(trust_env=False) as client:
+        t.start()
+        time.sleep(after_s)
+        try:
+            lab.inject(spec)
+            out.injected_at = time.time()
+            say(f"[outage] every data rail of host {host} down")
+            last = None
+            while time.time() < out.injected_at + hold_s:
+                st, info = ft_status(client, dep.url)
+                if (st, info) != last:
+                    out.status.append((time.time(), st, info))
+                    last = (st, info)
+                if st == "unhealthy" and out.unhealthy_at is None:
+                    out.unhealthy_at = time.time()
+                time.sleep(0.1)
+        finally:
+            for undo in spec.undo(lab.rails):
+                try:
+                    lab.inject(undo)
+                except Exception as exc:  # noqa: BLE001 - reported; the others are still restored
+                    out.errors.append(f"restore rail {undo.rail}: {exc}")
+            out.restored_at = time.time()
+            say(f"[outage] rails of host {host} back")
+        t.join(timeout=hold_s + 150)
+        out.inflight = sorted(ended, key=lambda r: r["ended_at"])
+        deadline = out.restored_at + recover_timeout_s
+        while time.time() < deadline:
+            st, info = ft_status(client, dep.url)
+            if not out.status or out.status[-1][1:] != (st, info):
+                out.status.append((time.time(), st, info))
+            if st in ("healthy", "absent") and out.healthy_at is None:
+                out.healthy_at = time.time()
+            if st == "down" and not any(p.alive() for p in dep.procs):
+                out.errors.append("every vLLM process exited")
+                break
+            if st in ("healthy", "absent") and _answered(client, dep, timeout_s=max(1.0, deadline - time.time())):
+                out.served_again_at = time.time()
+                break
+            time.sleep(0.1)
+    out.procs_alive_after = all(p.alive() for p in dep.procs)
+    out.model_loads = sum(len(_MODEL_LOADED.findall(_read(p.log_path))) for p in dep.procs)
+    if out.served_again_at is not None:
+        out.after = run_load(dep.url, dep.model, dataclasses.replace(load))
+        out.token_diffs = compare(out.before, out.after)
+    return out
+
+
+def _read(path: str) -> str:
+    with contextlib.suppress(OSError), open(path, errors="replace") as f:
+        return f.read()
+    return ""
