@@ -15,7 +15,7 @@ from typing import Callable
 
 from r2cc_serve.testbed.lab import netns, shaping, state
 from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_script, lossy_script
+from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_scripts, lossy_scripts
 from r2cc_serve.util.rates import check_rate
 from r2cc_serve.testbed.lab.netns import LabError
 
@@ -78,7 +78,8 @@ def blackhole(t: Target) -> None:
 def lossy(t: Target, loss_pct: float) -> None:
     """Drop loss_pct percent of the rail's packets each way, at random: the link stays up and
     most packets pass, so only TCP's retransmissions (and their timeouts) show it."""
-    netns.nft(t.ns, lossy_script(t.layout, t.rail, loss_pct))
+    for ns, script in lossy_scripts(t.layout, t.host, t.rail, loss_pct):
+        netns.nft(ns, script)
     t.record("lossy", loss_pct)
 
 
@@ -90,7 +91,8 @@ def degrade(t: Target, rate: str) -> None:
 
 def clear(t: Target, lab_rate: str | None) -> None:
     """Undo every fault on host's rail: no blackhole or loss, link up, the lab's original shaping."""
-    netns.nft(t.ns, clear_script(t.layout, t.rail))
+    for ns, script in clear_scripts(t.layout, t.host, t.rail):
+        netns.nft(ns, script)
     netns.ip(t.ns, "link", "set", t.dev, "up")
     shaping.set_link_rate(t.layout, t.host, t.rail, lab_rate)
     t.forget()

@@ -97,6 +97,10 @@ class Layout:
     def lossy_table(self, k: int) -> str:
         return f"{self.prefix}_lossy_rail{k}"
 
+    def lossy_far_table(self, i: int, k: int) -> str:
+        """The lossy table at the far end of host i's rail k (the peer host or the switch port)."""
+        return f"{self.prefix}_lossy_h{i}_rail{k}"
+
     # --- addresses ---
     @property
     def _octets(self) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from typing import Callable
 
 from r2cc_serve.testbed.faults import FaultSpec, parse_fault_text
 from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_script, lossy_script
+from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_scripts, lossy_scripts
 from r2cc_serve.testbed.loadtest.linkops import LineReader, LinkSwitch, NftInNamespaces, TcSessions
 
 RT_PRIORITY = 50
@@ -76,9 +76,10 @@ class Actor:
         self.admin_url, self.token = cfg.get("admin_url"), cfg.get("token")
         self.host_labels = {int(k): v for k, v in (cfg.get("host_labels") or {}).items()}
         hosts = [self.layout.host_ns(i) for i in range(self.layout.hosts)]
-        self.links = LinkSwitch(hosts + ([self.layout.switch_ns] if self.layout.switched else []))
-        self.nft = NftInNamespaces(hosts)
-        self.tc = TcSessions(hosts + ([self.layout.switch_ns] if self.layout.switched else []))
+        namespaces = hosts + ([self.layout.switch_ns] if self.layout.switched else [])
+        self.links = LinkSwitch(namespaces)
+        self.nft = NftInNamespaces(namespaces)  # a lossy rail's far end may be the switch
+        self.tc = TcSessions(namespaces)
         self.degraded: set[tuple[int, int]] = set()
 
     def do(self, step: Step) -> tuple[Callable[[], bool] | None, str]:
@@ -94,7 +95,8 @@ class Actor:
             self.nft.run(self.layout.host_ns(step.host), blackhole_script(self.layout, step.rail, on=True))
             return None, ""
         if step.kind == "lossy":
-            self.nft.run(self.layout.host_ns(step.host), lossy_script(self.layout, step.rail, step.loss_pct))
+            for ns, script in lossy_scripts(self.layout, step.host, step.rail, step.loss_pct):
+                self.nft.run(ns, script)
             return None, f"{step.loss_pct:g}% loss"
         if step.kind == "degrade":
             self._shape(step.host, step.rail, step.rate)
@@ -119,7 +121,8 @@ class Actor:
     def _clear(self, host: int, rail: int | None) -> Callable[[], bool]:
         checks = []
         for k in (range(self.layout.rails) if rail is None else [rail]):
-            self.nft.run(self.layout.host_ns(host), clear_script(self.layout, k))
+            for ns, script in clear_scripts(self.layout, host, k):
+                self.nft.run(ns, script)
             checks.append(self._link(host, k, up=True))
             if (host, k) in self.degraded:
                 self._shape(host, k, self.rate)

@@ -21,6 +21,7 @@ from r2cc_serve.testbed.faults import FaultSpec, parse_fault_text
 from r2cc_serve.testbed.lab import Lab, LabError
 from r2cc_serve.testbed.lab.cli import parse_host, parse_rail
 from r2cc_serve.util.rates import check_rate
+from r2cc_serve.testbed.lab import netns
 from r2cc_serve.testbed.lab.netns import list_netns, root_links
 from tests.conftest import require
 
@@ -172,6 +173,8 @@ def test_lossy_drops_a_share_of_packets_both_ways_and_clear_restores(lab2):
     st = lab2.status()
     assert link(st, 0, 1)["lossy"] and link(st, 0, 1)["link_up"] and not link(st, 0, 2)["lossy"]
     assert kinds(st, 0, 1) == {"lossy": 50.0}
+    # dropped where packets arrive, at both ends: the sender's TCP sees a loss on the wire
+    assert any(name.endswith("_lossy_h0_rail1") for _, name in netns.nft_tables(lab2.host_ns(1)))
     # 50% each way: an echo and its reply both pass a quarter of the time
     answered = sum(reachable(lab2, 0, 1, 1, 0.05) for _ in range(200))
     assert 20 <= answered <= 90, answered
@@ -180,6 +183,7 @@ def test_lossy_drops_a_share_of_packets_both_ways_and_clear_restores(lab2):
     lab2.fault(0, 1, "clear")
     assert all(reachable(lab2, 0, 1, 1) for _ in range(10))
     assert not link(lab2.status(), 0, 1)["lossy"] and lab2.status()["faults"] == []
+    assert not any("lossy" in name for h in (0, 1) for _, name in netns.nft_tables(lab2.host_ns(h)))
 
 
 def test_degrade_changes_tbf_both_ways_and_clear_restores(lab2):

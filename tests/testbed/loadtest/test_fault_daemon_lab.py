@@ -56,6 +56,8 @@ def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
             time.sleep(t0 + 2.8 - time.monotonic())
             tables = netns.nft_tables(lab.host_ns(1))
             assert any(name.endswith("lossy_rail2") for _, name in tables), tables
+            far = netns.nft_tables(lab.host_ns(0))  # the far end of h1's rail 2 drops too
+            assert any(name.endswith("lossy_h1_rail2") for _, name in far), far
             steps, outcome = ctl.wait(10)
         assert outcome == "finished" and not [s for s in steps if s["error"]]
         assert len(steps) == 2 + 2 + 2 + 8 + 1 + 4 + 8 + 2
@@ -63,7 +65,7 @@ def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
         assert max(s["done"] - s["due"] for s in steps) < 0.1, [(s["label"], s["done"] - s["due"]) for s in steps]
         assert all(_link_state(lab, h, k) == "UP" for h in (0, 1) for k in range(4))
         assert not any("blackhole" in name for _, name in netns.nft_tables(lab.host_ns(0)))
-        assert not any("lossy" in name for _, name in netns.nft_tables(lab.host_ns(1)))
+        assert not any("lossy" in name for h in (0, 1) for _, name in netns.nft_tables(lab.host_ns(h)))
         assert "1Gbit" in netns.tc(lab.host_ns(1), "qdisc", "show", "dev", "rail3")
         layout = Layout(lab.prefix, lab.hosts, lab.rails)  # both ends of each rail back at the lab's rate
         assert all("1Gbit" in netns.tc(ns, "qdisc", "show", "dev", dev)
