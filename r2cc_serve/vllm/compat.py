@@ -295,27 +295,21 @@ def recover_groups_on_retry(recover: Callable[[list, str], dict]) -> None:
     cls._r2cc_patched = True
 
 
-def explain_faults_and_retry(reason_of: Callable[[BaseException], str | None],
-                             retry_interval_of: Callable[[str | None], float | None]) -> None:
+def explain_faults_and_retry(reason_of: Callable[[BaseException], str | None]) -> None:
     """The engine side of vLLM's fault tolerance (vllm/v1/fault_tolerance/engine_core_sentinel.py):
 
     on_fault: as vLLM's, but the requests in flight end with stop_reason = reason_of(exc) (r2cc's
       explanation, naming the rails; finish_reason stays "abort"), and fault_info in
-      GET /fault_tolerance/status carries it too, not only the exception's class name. When
-      retry_interval_of(reason) is a number, a thread sends `retry` every that many seconds
-      until it succeeds or vLLM's engine_recovery_timeout_sec passes.
-    retry: one at a time (the operator's call and the automatic one may meet); the prefix cache
-      is reset first (a step that failed half way may have left cached blocks whose KV was never
-      written); the workers' answers are read, and a worker that could not recover fails the
-      retry and leaves the engine unhealthy (vLLM's retry would mark it healthy regardless).
+      GET /fault_tolerance/status carries it too, not only the exception's class name.
+    retry: the prefix cache is reset first (a step that failed half way may have left cached blocks
+      whose KV was never written), and the workers' answers are read: a worker that could not
+      recover fails the retry and leaves the engine unhealthy (vLLM's retry marks it healthy
+      whatever the workers returned; they can only raise, which logs a traceback per attempt).
+    Retries arrive one at a time: vLLM runs every FT command on the engine's one input thread.
     """
-    import threading
-    import time
-    import uuid
-
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, EngineStatusType, FinishReason
     from vllm.v1.fault_tolerance import engine_core_sentinel as ecs
-    from vllm.v1.fault_tolerance.utils import FaultToleranceRequest, FaultToleranceResult
+    from vllm.v1.fault_tolerance.utils import FaultToleranceResult
     from vllm.v1.request import RequestStatus
 
     cls = ecs.EngineCoreSentinel
@@ -347,52 +341,31 @@ def explain_faults_and_retry(reason_of: Callable[[BaseException], str | None],
         self.fault_info = reason or type(exc).__name__
         ecs.logger.info("[FT] Engine %d status -> %s:", self.engine_index, self.status_type.name, exc_info=exc)
         self._push_status()
-        interval = retry_interval_of(reason) if self.status_type == EngineStatusType.UNHEALTHY else None
-        if interval is not None:
-            threading.Thread(target=_auto_retry, args=(self, interval), name="r2cc-ft-retry", daemon=True).start()
-
-    def _auto_retry(self, interval: float) -> None:
-        deadline = time.monotonic() + self.engine_recovery_timeout_sec
-        attempt = 0
-        while not self.resumed.is_set() and time.monotonic() < deadline:
-            if self.resumed.wait(interval):
-                return
-            if self.status_type != EngineStatusType.UNHEALTHY:
-                return
-            attempt += 1
-            request = FaultToleranceRequest(instruction="retry", params={},
-                                            request_id=f"r2cc-auto-{uuid.uuid4().hex[:12]}")
-            try:
-                result = self.retry(request)
-            except Exception as exc:  # noqa: BLE001 - try again until the deadline
-                ecs.logger.warning("[FT] r2cc automatic retry %d failed: %s", attempt, exc)
-                continue
-            if result.success:
-                ecs.logger.warning("[FT] r2cc automatic retry %d resumed engine %d", attempt, self.engine_index)
-                return
 
     def retry(self, ft_request):
-        lock = self.__dict__.setdefault("_r2cc_retry_lock", threading.Lock())
-        with lock:
-            if self.status_type != EngineStatusType.UNHEALTHY:
-                return FaultToleranceResult(request_id=ft_request.request_id, success=True,
-                                            reason=f"engine already {self.status_type.name.lower()}")
-            engine = self.engine
-            if hasattr(engine, "dp_group"):  # data parallel: vLLM's own path
-                return original_retry(self, ft_request)
-            engine.scheduler.reset_prefix_cache()
-            if hasattr(engine, "step_counter"):
-                engine.step_counter = 0
-            answers = engine.model_executor.collective_rpc("handle_ft_command", args=(ft_request,))
-            failed = [a.get("error", "") for a in answers if isinstance(a, dict) and not a.get("ok", True)]
-            if failed:
-                return FaultToleranceResult(request_id=ft_request.request_id, success=False,
-                                            reason="workers did not recover: " + "; ".join(failed))
-            self.status_type = EngineStatusType.HEALTHY
-            ecs.logger.info("[FT] Engine %d status -> HEALTHY", self.engine_index)
-            self.resumed.set()
-            self._push_status()
-            return FaultToleranceResult(request_id=ft_request.request_id, success=True)
+        engine = self.engine
+        if hasattr(engine, "dp_group"):  # data parallel: vLLM's own path
+            return original_retry(self, ft_request)
+        engine.scheduler.reset_prefix_cache()
+        if hasattr(engine, "step_counter"):
+            engine.step_counter = 0
+        answers = engine.model_executor.collective_rpc("handle_ft_command", args=(ft_request,))
+        failed = [a.get("error", "") for a in answers if isinstance(a, dict) and not a.get("ok", True)]
+        if failed:
+            return FaultToleranceResult(request_id=ft_request.request_id, success=False,
+                                        reason="workers did not recover: " + "; ".join(failed))
+        self.status_type = EngineStatusType.HEALTHY
+        ecs.logger.info("[FT] Engine %d status -> HEALTHY", self.engine_index)
+        self.resumed.set()
+        self._push_status()
+        return FaultToleranceResult(request_id=ft_request.request_id, success=True)
 
     cls.on_fault, cls.retry = on_fault, retry
     cls._r2cc_patched = True
+
+
+def fault_tolerance_request(instruction: str, request_id: str) -> Any:
+    """What POST /fault_tolerance/apply hands to EngineClient.handle_fault."""
+    from vllm.v1.fault_tolerance.utils import FaultToleranceRequest
+
+    return FaultToleranceRequest(instruction=instruction, params={}, request_id=request_id)

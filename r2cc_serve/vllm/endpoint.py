@@ -60,3 +60,12 @@ class R2CCAdminEndpoint:
         self.state.view.start(asyncio.get_running_loop())
         if self.state.token is None:
             log.warning("r2cc admin: no R2CC_ADMIN_TOKEN set: /r2cc/v1 reads work, drain/failover answer 403")
+        if getattr(args, "enable_fault_tolerance", False) and envs.get("R2CC_FT_AUTO_RETRY"):
+            from r2cc_serve.vllm import fault_tolerance
+
+            # Kept on self: the event loop holds tasks only weakly.
+            self.ft_task = asyncio.get_running_loop().create_task(
+                fault_tolerance.auto_retry_loop(engine_client, lambda rid: compat.fault_tolerance_request("retry", rid)))
+            log.warning("r2cc: --enable-fault-tolerance: an r2cc group that gives up is retried automatically "
+                        "every %g s until a rail is back (R2CC_FT_AUTO_RETRY=0 leaves it to "
+                        "POST /fault_tolerance/apply)", envs.get("R2CC_FT_RETRY_INTERVAL_S"))

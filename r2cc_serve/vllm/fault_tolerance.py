@@ -8,7 +8,8 @@ An r2cc group gives up when every rail to a peer stayed down past R2CC_ALL_RAILS
   stop_reason is r2cc's error, naming the rails), and resumes on `retry`: each worker then
   re-forms its r2cc groups (a new group of the same name, met in a fresh part of the store);
   a retry while no rail is back fails and leaves the engine unhealthy.
-  R2CC_FT_AUTO_RETRY (on by default) makes r2cc send that retry itself every
+  R2CC_FT_AUTO_RETRY (on by default) makes r2cc send that retry itself, from vLLM's API
+  server through the same EngineClient call as POST /fault_tolerance/apply, every
   R2CC_FT_RETRY_INTERVAL_S; off, an operator's POST /fault_tolerance/apply does it.
 
 This module is the policy and the words; every vLLM internal it needs is in compat.py.
@@ -21,7 +22,9 @@ import re
 
 from r2cc_serve import envs
 
-log = logging.getLogger("r2cc_serve.vllm")
+# A child of vLLM's "vllm" logger: its lines get vLLM's format and process prefix ("(APIServer
+# pid=..)", "(Worker_TP1 pid=..)") in every vLLM process, where other loggers may be silent.
+log = logging.getLogger("vllm.r2cc_serve.fault_tolerance")
 
 # Every message of a group that gave up starts with this, so the engine can tell r2cc's
 # faults (which a retry can cure once a rail is back) from any other exception.
@@ -74,11 +77,55 @@ def fault_reason(exc: BaseException) -> str | None:
     return text[text.index(GAVE_UP):].strip()
 
 
-def auto_retry_interval(reason: str | None) -> float | None:
-    """Seconds between automatic retries for this fault, or None to wait for an operator."""
-    if reason is None or not envs.get("R2CC_FT_AUTO_RETRY"):
-        return None
-    return max(0.05, envs.get("R2CC_FT_RETRY_INTERVAL_S"))
+def auto_retry_wanted(reason: str | None) -> bool:
+    """Whether r2cc itself should send `retry` for a fault whose fault_info is `reason`."""
+    return bool(reason) and GAVE_UP in reason and envs.get("R2CC_FT_AUTO_RETRY")
+
+
+async def auto_retry_loop(engine_client, make_request, *, poll_s: float = 0.1, say=log.warning) -> None:
+    """In vLLM's API server (the r2cc endpoint plugin): while the engine is unhealthy because an r2cc
+    group gave up, send vLLM's `retry` through EngineClient.handle_fault, the call behind
+    POST /fault_tolerance/apply, every R2CC_FT_RETRY_INTERVAL_S until one succeeds.
+
+    GET /fault_tolerance/status reads the same cache this polls (the engine pushes its status), so
+    polling costs nothing. A retry takes up to R2CC_FT_REFORM_TIMEOUT_S while no rail is back.
+    make_request(request_id) builds vLLM's FaultToleranceRequest. Runs until cancelled.
+    """
+    import asyncio
+    import time
+    import uuid
+
+    interval = max(0.05, envs.get("R2CC_FT_RETRY_INTERVAL_S"))
+    attempts, since = 0, None
+    while True:
+        try:
+            status = await engine_client.get_status()
+            engine = (status.get("engines") or [{}])[0]
+        except Exception as exc:  # noqa: BLE001 - the engine may be gone; nothing to resume
+            log.debug("r2cc: fault-tolerance status unavailable: %s", exc)
+            await asyncio.sleep(1.0)
+            continue
+        if engine.get("status") != "unhealthy" or not auto_retry_wanted(engine.get("fault_info")):
+            attempts, since = 0, None
+            await asyncio.sleep(poll_s)
+            continue
+        since = since or time.monotonic()
+        attempts += 1
+        request_id = f"r2cc-auto-{uuid.uuid4().hex[:12]}"
+        try:
+            result = await engine_client.handle_fault(make_request(request_id))
+            ok, why = bool(result.success), result.reason
+        except Exception as exc:  # noqa: BLE001 - try again after the interval
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        if ok:
+            say("r2cc: automatic retry %d (%s) resumed the engine %.1f s after it went unhealthy",
+                attempts, request_id, time.monotonic() - since)
+            attempts, since = 0, None
+            continue
+        if attempts == 1 or attempts % 10 == 0:
+            say("r2cc: automatic retry %d: engine still unhealthy (%s); next in %.1f s",
+                attempts, (why or "")[:300], interval)
+        await asyncio.sleep(interval)
 
 
 def recover_groups(communicators: list, tag: str) -> dict:

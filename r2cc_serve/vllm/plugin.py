@@ -78,7 +78,7 @@ def register() -> None:
         from r2cc_serve.vllm import fault_tolerance
 
         compat.recover_groups_on_retry(fault_tolerance.recover_groups)
-        compat.explain_faults_and_retry(fault_tolerance.fault_reason, fault_tolerance.auto_retry_interval)
+        compat.explain_faults_and_retry(fault_tolerance.fault_reason)
     from r2cc_serve.vllm.endpoint import worker_agents
 
     compat.add_worker_method("r2cc_agents", worker_agents)

@@ -49,6 +49,7 @@ class OutageResult:
     after: LoadResult | None = None
     token_diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    retries: list[tuple[float, int]] = field(default_factory=list)  # operator's POSTs: (time, HTTP status)
 
     def _rel(self, t: float | None, base: float | None) -> float | None:
         return None if t is None or base is None else round(t - base, 3)
@@ -69,6 +70,7 @@ class OutageResult:
             "after_ok": None if self.after is None else len(self.after.ok),
             "after_failed": None if self.after is None else len(self.after.failed),
             "token_diffs": self.token_diffs[:3], "errors": self.errors,
+            "operator_retries": [(self._rel(t, self.restored_at), code) for t, code in self.retries],
             "status_changes": [(self._rel(t, self.injected_at), s, (i or "")[:160]) for t, s, i in self.status],
         }
 
@@ -106,8 +108,10 @@ def _answered(client: httpx.Client, dep, timeout_s: float) -> bool:
 
 def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold_s: float = 30.0,
                inflight: int = 4, inflight_tokens: int = 1500, recover_timeout_s: float = 60.0,
-               say=print) -> OutageResult:
-    """See the module docstring. `load` is run before and after (same prompts, greedy)."""
+               operator_retry: bool = False, say=print) -> OutageResult:
+    """See the module docstring. `load` is run before and after (same prompts, greedy).
+    operator_retry: after the rails' return, POST /fault_tolerance/apply {"instruction": "retry"}
+    (every 0.5 s while the engine is unhealthy), as an operator would with R2CC_FT_AUTO_RETRY=0."""
     out = OutageResult(host=host, hold_s=hold_s)
     lab = dep.lab
     out.before = run_load(dep.url, dep.model, load)
@@ -145,8 +149,14 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
         t.join(timeout=hold_s + 150)
         out.inflight = sorted(ended, key=lambda r: r["ended_at"])
         deadline = out.restored_at + recover_timeout_s
+        last_retry = 0.0
         while time.time() < deadline:
             st, info = ft_status(client, dep.url)
+            if operator_retry and st == "unhealthy" and time.time() - last_retry > 0.5:
+                last_retry = time.time()
+                with contextlib.suppress(httpx.HTTPError):
+                    r = client.post(f"{dep.url}/fault_tolerance/apply", json={"instruction": "retry"}, timeout=5.0)
+                    out.retries.append((last_retry, r.status_code))
             if not out.status or out.status[-1][1:] != (st, info):
                 out.status.append((time.time(), st, info))
             if st in ("healthy", "absent") and out.healthy_at is None:
