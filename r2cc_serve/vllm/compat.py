@@ -257,7 +257,7 @@ def recover_groups_on_retry(recover: Callable[[list, str], dict]) -> None:
     """Make vLLM's worker side of `retry` work for tensor-parallel groups on CPU.
 
     WorkerSentinel (vllm/v1/worker/sentinel/gpu_worker_sentinel.py) refuses any all2all backend
-    but DeepEP/NIXL-EP at worker start, even with no expert parallelism; its retry calls
+    but DeepEP/NIXL-EP at worker start, even with no expert parallelism (kept with it); its retry calls
     torch.accelerator.synchronize(), which raises without an accelerator; and it re-forms only
     the data-parallel group. Here: the all2all check only when experts are spread over DP ranks,
     the synchronize only with an accelerator, and after the worker's state is cleaned
@@ -273,7 +273,7 @@ def recover_groups_on_retry(recover: Callable[[list, str], dict]) -> None:
 
     def __init__(self, worker):
         parallel = worker.parallel_config
-        if parallel.data_parallel_size > 1 and parallel.enable_expert_parallel:
+        if parallel.enable_expert_parallel:  # all2all runs: vLLM's check stands
             return original_init(self, worker)
         self.worker = worker
         self.dp_rank = parallel.data_parallel_rank

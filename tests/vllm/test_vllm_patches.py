@@ -66,15 +66,47 @@ def test_readme_names_the_pinned_vllm():
         f"{VLLM_VERSION}: re-check every patch against the new vLLM (README: 'Regenerating'), then update it")
 
 
-def test_each_patch_explains_itself_and_patches_touch_disjoint_files():
-    owner: dict[str, str] = {}
+def _owners() -> dict[str, list[str]]:
+    """vLLM file -> the patches that change it."""
+    owners: dict[str, list[str]] = {}
+    for patch in PATCH_FILES:
+        for f in refresh.touched_files(refresh.split(patch.read_text())[1]):
+            owners.setdefault(f, []).append(patch.name)
+    return owners
+
+
+def test_each_patch_explains_itself_and_shares_files_only_by_saying_so():
     for patch in PATCH_FILES:
         header, body = refresh.split(patch.read_text())
         assert "Stands in for" in header, f"{patch.name}: its header needs a 'Stands in for' line"
         for f in refresh.touched_files(body):
             assert f.startswith("vllm/"), f"{patch.name}: {f} is not a path inside the vllm package"
-            assert f not in owner, f"{f} is changed by {owner[f]} and {patch.name}: keep each file in one patch"
-            owner[f] = patch.name
+    for f, names in _owners().items():
+        assert len(names) <= 2, f"{f} is changed by {names}: keep each file in one patch, two at most"
+        if len(names) == 2:
+            headers = [refresh.split((PATCHES / n).read_text())[0] for n in names]
+            assert names[1] in headers[0] or names[0] in headers[1], (
+                f"{f} is changed by {names[0]} and {names[1]}: one header must name the other (and the "
+                "test below checks that they apply one after the other)")
+
+
+@needs_vllm
+def test_patches_that_share_a_file_apply_one_after_the_other_in_either_order(tmp_path: Path):
+    pairs = {tuple(names) for names in _owners().values() if len(names) == 2}
+    root = refresh.vllm_root()
+    for first, second in [p for pair in pairs for p in (pair, pair[::-1])]:
+        where = tmp_path / f"{first}+{second}"
+        files = sorted({f for n in (first, second)
+                        for f in refresh.touched_files(refresh.split((PATCHES / n).read_text())[1])})
+        refresh.copy_pristine(files, root, where)
+        for name in (first, second):
+            run = refresh.git_apply(PATCHES / name, where)
+            out = (run.stdout + run.stderr).strip()
+            assert run.returncode == 0 and not re.search(r"fuzz|\.rej", out, re.I), (
+                f"{name} does not apply after {first if name == second else 'nothing'}:\n{out}")
+        for f in files:
+            if f.endswith(".py"):
+                py_compile.compile(str(where / f), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
 
 
 def _git_apply(patch: Path, where: Path, *extra: str) -> str:
