@@ -1,4 +1,5 @@
-"""`r2cc demo`, `r2cc serve-bench`, `r2cc serve-prefill`: vLLM on the fault lab (needs root and vLLM)."""
+"""`r2cc demo`, `r2cc serve-bench`, `r2cc serve-prefill`, `r2cc serve-outage`: vLLM on the fault lab
+(needs root and vLLM)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,15 @@ def _prefill(args) -> int:
     return serve_prefill.run(args)
 
 
+def _outage(args) -> int:
+    from r2cc_serve.testbed.serving import outage
+
+    return outage.run(args)
+
+
 def register(sub) -> None:
     # Light imports only (httpx, the lab): torch and vLLM are never imported by the CLI process.
-    from r2cc_serve.testbed.serving import demo, serve_bench, serve_prefill
+    from r2cc_serve.testbed.serving import demo, outage, serve_bench, serve_prefill
 
     p = sub.add_parser("demo", help="vLLM TP=2 on two lab hosts; a rail dies mid-stream; report",
                        description=demo.__doc__.split("\n")[0])
@@ -39,3 +46,8 @@ def register(sub) -> None:
                        description=serve_prefill.__doc__.split("\n")[0])
     serve_prefill.add_arguments(f)
     f.set_defaults(func=_prefill)
+
+    o = sub.add_parser("serve-outage", help="every rail of a host down: vLLM with and without --enable-fault-tolerance",
+                       description=outage.__doc__.split("\n")[0])
+    outage.add_arguments(o)
+    o.set_defaults(func=_outage)

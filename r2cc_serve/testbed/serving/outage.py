@@ -180,3 +180,85 @@ def _read(path: str) -> str:
     with contextlib.suppress(OSError), open(path, errors="replace") as f:
         return f.read()
     return ""
+
+
+# --- `r2cc serve-outage`: the figure, with and without --enable-fault-tolerance -------------------
+
+MODES = {
+    "ft": "--enable-fault-tolerance, r2cc retries by itself (R2CC_FT_AUTO_RETRY=1, the default)",
+    "ft-operator": "--enable-fault-tolerance, R2CC_FT_AUTO_RETRY=0: POST /fault_tolerance/apply after the return",
+    "no-ft": "without the flag (vLLM's engine stops); then the time a fresh start takes to serve",
+}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--modes", default="ft,no-ft",
+                   help=f"comma list of {', '.join(MODES)}, run in this order (default ft,no-ft)")
+    p.add_argument("--cycles", type=int, default=1, help="run the mode list this many times (default 1)")
+    p.add_argument("--hold", type=float, default=30.0, help="seconds every data rail of the host stays down")
+    p.add_argument("--host", type=int, default=1, help="lab host whose rails go down (default 1)")
+    p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
+    p.add_argument("--port", type=int, default=8410)
+    p.add_argument("--out", help="write every run's summary as JSON here")
+    p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
+
+
+def _row(mode: str, s: dict, restart: dict | None) -> str:
+    def f(x, unit="s"):
+        return "-" if x is None else f"{x:.2f} {unit}"
+
+    ends = [t for t in s["inflight_end_after_fault_s"] if t is not None]
+    how = sorted({r["finish_reason"] or (r["error"] or "")[:40] for r in s["inflight"]})
+    same = "-" if s["after_ok"] is None else ("yes" if not s["token_diffs"] and not s["after_failed"] else "NO")
+    text = (f"{mode:12s} in flight ended {f(max(ends) if ends else None)} after the fault ({', '.join(how)}); "
+            f"unhealthy {f(s['unhealthy_after_fault_s'])}; served {f(s['served_after_return_s'])} after the "
+            f"rails' return; processes kept: {s['procs_alive_after']}; weights loaded {s['model_loads']}x; "
+            f"same tokens: {same}")
+    if restart:
+        text += (f"; a fresh start: healthy {restart['startup_s']:.1f} s + first request "
+                 f"{restart['first_request_s']:.1f} s = {restart['total_s']:.1f} s")
+    return text
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from r2cc_serve.errors import UserError
+    from r2cc_serve.testbed.lab.session import lab_session
+    from r2cc_serve.testbed.serving.deploy import two_nodes
+    from r2cc_serve.testbed.serving.model_dir import temp_model
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if not modes or bad:
+        raise UserError(f"--modes {args.modes!r}: use a comma list of {', '.join(MODES)}")
+    load = LoadSpec(max_tokens=16, concurrency=4, request_timeout_s=180, deadline_s=360)
+    results, rows = [], []
+    with lab_session(2, 4, args.rate, keep=args.keep_lab) as lab, temp_model("float32") as model:
+        for cycle in range(1, args.cycles + 1):
+            for mode in modes:
+                flag = ("--enable-fault-tolerance",) if mode != "no-ft" else ()
+                env = {"R2CC_FALLBACK_RAILS": "", "R2CC_FT_AUTO_RETRY": "0" if mode == "ft-operator" else "1"}
+                print(f"[serve-outage] cycle {cycle}, {mode}: {MODES[mode]}", file=sys.stderr, flush=True)
+                with two_nodes(lab, model, backend="r2cc", port=args.port, extra_args=("--dtype", "float32") + flag,
+                               extra_env=env) as dep:
+                    out = run_outage(dep, load, host=args.host, hold_s=args.hold,
+                                     operator_retry=(mode == "ft-operator"),
+                                     say=lambda m: print(m, file=sys.stderr, flush=True))
+                    s = out.summary()
+                restart = None
+                if mode == "no-ft":
+                    t0 = time.monotonic()
+                    with two_nodes(lab, model, backend="r2cc", port=args.port, extra_args=("--dtype", "float32"),
+                                   extra_env=env) as dep2:
+                        restart = {"startup_s": dep2.startup_s, "first_request_s": dep2.warmup_s,
+                                   "total_s": time.monotonic() - t0}
+                results.append({"cycle": cycle, "mode": mode, "summary": s, "restart": restart})
+                rows.append(_row(mode, s, restart))
+                print(rows[-1], flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    print("\n".join([f"every data rail of host {args.host} down {args.hold:g} s, no fallback rail:"] + rows))
+    return 0
