@@ -95,10 +95,14 @@ IoResult Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>&
 size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
                                    size_t max_total) {
   // A suspect rail carries no acks: they would sit in its dead buffers while the
-  // sender waits for them.
+  // sender waits for them. Nor does a held one (flapping or lossy: an ack lost there waits for a
+  // retransmission timeout, the sender's window with it) while another rail to the peer is up.
   const size_t before = frames.size();
   max_total = std::min(max_total, kMaxAcksPerWrite);
-  while (!c.suspect && !p.acks.empty() && frames.size() < max_total) {
+  const bool held_elsewhere_up =
+      c.state == RailState::kHeld &&
+      std::any_of(p.conns.begin(), p.conns.end(), [](const auto& o) { return o->state == RailState::kUp && !o->suspect; });
+  while (!c.suspect && !held_elsewhere_up && !p.acks.empty() && frames.size() < max_total) {
     const AckItem a = p.acks.front();
     p.acks.pop_front();
     frames.push_back(control_frame(a.all ? FrameType::kAckAll : FrameType::kAck, a.seq, a.idx));
@@ -186,6 +190,12 @@ size_t Transport::bulk_chunk_locked(const Peer& p) const {
   if (slowest < fastest / 4) return grain;
   const size_t fits = size_t(slowest_rail * kChunkTimeMs * 1e-3) / grain * grain;  // whole grains
   return std::min(opt_.chunk_bytes, std::max(grain, fits));
+}
+
+int Transport::rails_taking_chunks_locked(const Peer& p) const {
+  int n = 0;
+  for (auto& c : p.conns) n += conn_takes_chunks_locked(*c, p);
+  return n > 0 ? n : num_rails();  // none now (all down): cut as if every rail comes back
 }
 
 bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {

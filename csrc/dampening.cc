@@ -78,6 +78,7 @@ void Transport::end_hold_locked(Conn& c, const char* why) {
   Conn::Dampening& d = c.damp;
   if (!d.hold_until_ns) return;
   d.hold_until_ns = 0;
+  d.hold_ended_ns = now_ns();
   d.reason = std::string("hold ended: ") + why;
   if (!is_connected(c.state)) return;  // back when its next probe connects
   c.ctrl.push_back(control_frame(FrameType::kRelease));

@@ -43,6 +43,7 @@ void Transport::watchdog_loop() {
     struct timespec ts{0, tick_ms * 1000000L};
     const int64_t before = now_ns();
     nanosleep(&ts, nullptr);
+    sample_cpu_pressure(before);
     std::unique_lock<std::mutex> lk(mu_);
     const int64_t now = now_ns();
     // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
@@ -56,6 +57,7 @@ void Transport::watchdog_loop() {
       for (auto& c : p->conns) {
         send_heartbeat_locked(*c, *p, now);
         update_bandwidth_locked(*c, now);
+        check_loss_locked(*p, *c, now);
       }
     }
     // Hedge copies nobody sent while waiting (no collective followed): a message lost on a
@@ -165,7 +167,8 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   // kernel to acknowledge (the path evidence above). Acks owed to the peer ride along
   // (small messages' acks wait for this, at most heartbeat_ms). Room in the send buffer
   // makes a partial write impossible.
-  const int64_t hb_ns = ms_ns(opt_.heartbeat_ms);
+  // A rail held for loss is probed harder: more heartbeats judge it sooner (loss.cc).
+  const int64_t hb_ns = c.loss.probing ? 0 : ms_ns(opt_.heartbeat_ms);
   if (now - c.last_tx_ns < hb_ns) return;
   send_frames_now_locked(c, p, control_frame(FrameType::kHeartbeat, 0, uint64_t(now)), now);
 }

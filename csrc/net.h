@@ -101,6 +101,8 @@ struct PathInfo {
   uint32_t notsent_bytes = 0;  // queued, not yet sent (e.g. no route while our link is down)
   uint32_t snd_wnd = 0;        // the peer's advertised window (0: its process stopped reading)
   uint32_t rtt_us = 0, rttvar_us = 0;  // the kernel's smoothed round trip and its variation
+  uint32_t total_retrans = 0;  // segments retransmitted over the socket's life
+  uint32_t data_segs_out = 0;  // segments with data sent (retransmissions included; no pure ACKs)
 };
 PathInfo path_info(int fd);
 

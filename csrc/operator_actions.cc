@@ -121,8 +121,9 @@ std::vector<ConnStats> Transport::stats() const {
       s.flap_penalty = flap_penalty_locked(*c, now);
       s.hold_left_s = d.holding(now) ? double(d.hold_until_ns - now) * 1e-9 : 0;
       s.hold_reason = d.holding(now) ? d.reason
-                      : d.peer_holds ? "rank " + std::to_string(c->peer) + " holds it out (flapping at its end)"
+                      : d.peer_holds ? "rank " + std::to_string(c->peer) + " holds it out (flapping or losing packets at its end)"
                                      : "";
+      s.retrans_pct = c->loss.pct;
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
       s.suspect_after_s = double(suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
@@ -160,6 +161,8 @@ Counters Transport::counters() const {
   Counters c = counters_;
   c.spin_hits = spin_hits_.load();
   c.spin_misses = spin_misses_.load();
+  c.spin_skips = spin_skips_.load();
+  c.cpu_pressure = cpu_pressure_.load();
   return c;
 }
 

@@ -85,9 +85,13 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   m->call_seq = cur_seq_;
   m->call_desc = call_desc_.pack();
   m->len = len;
+  // Cut for the rails that take chunks now: cut for all four with one drained or held, a 2 MiB
+  // message became four 512 KiB chunks on three rails, one of which carried two (4 MiB
+  // all_reduce at 2 x 4 rails, one drained: 15.8 ms against 10.6 ms on a 3-rail lab).
   // (Below a grain per rail the bulk size makes no difference: skip working it out.)
-  const size_t bulk = len > chunk_grain() * size_t(num_rails()) ? bulk_chunk_locked(p) : chunk_grain();
-  m->chunk = chunk_size_for(len, bulk, num_rails());
+  const int rails = rails_taking_chunks_locked(p);
+  const size_t bulk = len > chunk_grain() * size_t(rails) ? bulk_chunk_locked(p) : chunk_grain();
+  m->chunk = chunk_size_for(len, bulk, rails);
   m->nchunks = num_chunks(len, m->chunk);
   m->acked.assign(m->nchunks, 0);
   m->on_rail.assign(m->nchunks, -1);

@@ -211,6 +211,10 @@ bool Transport::spin_worthwhile() {
   // each side); after a run of misses (the peer is computing, or waits for a CPU our spinning
   // would take) sleep at once, and spin on one wait in kSpinProbeEvery to notice a change.
   if (opt_.spin_us <= 0) return false;
+  if (!spin_host_ok_.load(std::memory_order_relaxed)) {  // another thread wants the core
+    spin_skips_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   return spin_hit_rate_.load(std::memory_order_relaxed) >= kSpinKeepRate || ++spin_probe_ % kSpinProbeEvery == 0;
 }
 

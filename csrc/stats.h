@@ -20,9 +20,11 @@ namespace r2cc {
 //   fallback         a fallback rail (e.g. the management network)
 //   flap_failures    failures counted by flap dampening (operator failovers are not)
 //   flap_penalty     the dampening penalty now (each failure adds 1; it halves every flap_half_life_s)
-//   holds            times this side held the rail out for flapping
+//   holds            times this side held the rail out (flapping or loss)
 //   hold_left_s      time left of this side's hold (0: not held by this side)
 //   hold_reason      why the rail is held (this side's reason, or that the peer holds it)
+//   retrans_pct      share of this side's data segments retransmitted in the last loss window (percent)
+//   loss_holds       times this side held the rail out for loss
 #define R2CC_CONN_STATS(X)                \
   X(int, peer, -1)                        \
   X(int, rail, -1)                        \
@@ -47,7 +49,9 @@ namespace r2cc {
   X(double, flap_penalty, 0)              \
   X(uint64_t, holds, 0)                   \
   X(double, hold_left_s, 0)               \
-  X(std::string, hold_reason, "")
+  X(std::string, hold_reason, "")        \
+  X(double, retrans_pct, 0)               \
+  X(uint64_t, loss_holds, 0)
 
 // What this rank knows of a peer as a whole (not per rail).
 //   stalled        every rail silent while its host still acknowledges our bytes
@@ -75,7 +79,10 @@ namespace r2cc {
 //   handoffs       inline writes that filled the socket: the rail's writer finished the chunk
 //   hedges         hedge copies written (a small message's second copy, on another rail)
 //   writer_chunks  data chunks a rail's writer thread wrote (the rest left from a caller)
-//   holds          rails held out for flapping (flap dampening)
+//   holds          rails held out for flapping (flap dampening) or loss
+//   loss_holds     rails held out because they lose packets (loss.cc)
+//   spin_skips     waits that slept at once because the host's CPU was under pressure
+//   cpu_pressure   share of the last ~second some thread on the host waited for a core (0..1)
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
@@ -86,7 +93,10 @@ namespace r2cc {
   X(uint64_t, handoffs, 0)              \
   X(uint64_t, hedges, 0)                \
   X(uint64_t, writer_chunks, 0)         \
-  X(uint64_t, holds, 0)
+  X(uint64_t, holds, 0)                 \
+  X(uint64_t, loss_holds, 0)            \
+  X(uint64_t, spin_skips, 0)            \
+  X(double, cpu_pressure, 0)
 
 // Generators: a member with its initial value; a call f(name, member pointer) of each_field().
 #define R2CC_STATS_MEMBER(type, name, init) type name = init;

@@ -21,6 +21,8 @@ PathInfo path_info(int fd) {
   out.snd_wnd = ti.tcpi_snd_wnd;
   out.rtt_us = ti.tcpi_rtt;
   out.rttvar_us = ti.tcpi_rttvar;
+  out.total_retrans = ti.tcpi_total_retrans;
+  out.data_segs_out = ti.tcpi_data_segs_out;
   return out;
 }
 

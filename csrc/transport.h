@@ -51,7 +51,11 @@ namespace r2cc {
 // late to be acknowledged (send_due_hedges_locked).
 // watchdog_realtime: heartbeats and failure detection keep running on a saturated CPU.
 // fallback_rails: the last N rails carry data only when no primary rail to a peer is connected.
-// spin_us: a waiting caller polls its sockets this long before it sleeps (less latency, more CPU).
+// spin_us: a waiting caller polls its sockets this long before it sleeps (less latency, more CPU),
+// only while the host's CPU pressure (share of time some thread waited for a core) is below
+// spin_max_cpu_pressure (host_load.cc): a spin must not take a core another thread wants.
+// loss_hold_pct, loss_min_segments: a rail that retransmits loss_hold_pct percent more of its
+// segments than the peer's best other rail, over at least loss_min_segments, is held (loss.cc).
 // flap_*, hold_*: flap dampening (dampening.cc): each failure of a rail adds 1 to its penalty,
 // which halves every flap_half_life_s; a failure that brings it to flap_threshold (0: never)
 // holds the rail out until it has gone hold_s without failing, doubled for each new hold up to
@@ -73,11 +77,14 @@ namespace r2cc {
   X(size_t, hedge_bytes, 16 * 1024)        \
   X(bool, watchdog_realtime, true)         \
   X(int, fallback_rails, 0)                \
-  X(int, spin_us, 0)                       \
+  X(int, spin_us, 100)                     \
+  X(double, spin_max_cpu_pressure, 0.10)   \
   X(double, flap_threshold, 2.0)           \
   X(double, flap_half_life_s, 60)          \
   X(double, hold_s, 10)                    \
-  X(double, hold_max_s, 300)
+  X(double, hold_max_s, 300)               \
+  X(double, loss_hold_pct, 0.5)            \
+  X(int, loss_min_segments, 1000)
 
 struct TransportOptions {
 #define R2CC_OPTION_FIELD(type, name, value) type name = value;
@@ -328,6 +335,10 @@ class Transport {
   // a spin ended (data or done within spin_us, or not). Lock free; only a driving caller notes.
   bool spin_worthwhile();
   void note_spin(bool hit);
+  // host_load.cc (watchdog, lock free): the host's CPU pressure, which gates spinning.
+  void sample_cpu_pressure(int64_t now);
+  // loss.cc: a connection whose retransmissions show a lossy path is held (dampening.cc).
+  void check_loss_locked(Peer& p, Conn& c, int64_t now);
   void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
   std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
   void rx_start_locked(Conn& c, int fd);   // a socket was installed: a stream for it
@@ -359,6 +370,7 @@ class Transport {
   // exit, the socket kept open meanwhile; returns at close().
   void serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session);
   bool conn_takes_chunks_locked(const Conn& c, const Peer& p) const;
+  int rails_taking_chunks_locked(const Peer& p) const;  // how many rails a new message is cut for
   size_t window_for_locked(const Conn& c) const;
   // Chunk size of the next bulk message to p: ~kChunkTimeMs of its slowest rail, in whole
   // grains (min_chunk_bytes) up to chunk_bytes; one grain while a rail to p is slow or unmeasured.
@@ -445,7 +457,11 @@ class Transport {
   static constexpr unsigned kSpinProbeEvery = 16;
   std::atomic<float> spin_hit_rate_{1.0f};
   std::atomic<unsigned> spin_probe_{0};
-  std::atomic<uint64_t> spin_hits_{0}, spin_misses_{0};
+  std::atomic<uint64_t> spin_hits_{0}, spin_misses_{0}, spin_skips_{0};
+  // Host CPU pressure (host_load.cc): sampled by the watchdog, read lock free by waiters.
+  std::atomic<bool> spin_host_ok_{false};
+  std::atomic<float> cpu_pressure_{0};
+  int64_t psi_total_us_ = -1, psi_sampled_ns_ = 0;  // watchdog only
 };
 
 }  // namespace r2cc

@@ -38,8 +38,21 @@ struct Transport::Conn {
     std::string reason;         // why, for people: failures, over how long, the last error
     bool peer_holds = false;    // the peer holds it out (its kHold frame)
     bool restore_pending = false;  // restored while down: tell the peer at the next install
+    int64_t hold_ended_ns = 0;     // when this side's last hold ended (a lossy rail's holds double only while recent)
     bool holding(int64_t now) const { return hold_until_ns > now; }
   } damp;
+  // Loss detection (loss.cc): the socket's retransmission and data-segment counts at the start of
+  // the current window, and the retransmitted share of the last window judged.
+  struct LossWindow {
+    int fd = -1;  // the socket the counts are from (a new socket starts a new window)
+    int64_t start_ns = 0, sampled_ns = 0;
+    uint32_t retrans0 = 0, segs0 = 0;
+    uint32_t retrans_seen = 0;  // the count at the last sample
+    int samples_with_retrans = 0;  // samples of this window in which the count grew
+    bool probing = false;  // held for loss: heartbeats every watchdog tick, to judge the path sooner
+    double pct = 0;  // retransmitted share of the last judged window, percent
+    int64_t judged_ns = 0;
+  } loss;
   // Silent while other rails to the peer deliver: its chunks were re-sent elsewhere and it
   // takes no new ones, but the connection is kept; bytes arriving again clear it, a
   // longer silence fails it for real.

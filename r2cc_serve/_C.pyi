@@ -47,10 +47,13 @@ class TransportOptions:
     watchdog_realtime: bool
     fallback_rails: int
     spin_us: int
+    spin_max_cpu_pressure: float
     flap_threshold: float
     flap_half_life_s: float
     hold_s: float
     hold_max_s: float
+    loss_hold_pct: float
+    loss_min_segments: int
     FIELDS: ClassVar[list[str]]  # the fields above, in csrc/transport.h's order
     def __init__(self) -> None: ...
 
@@ -80,6 +83,8 @@ class ConnStats:
     holds: int
     hold_left_s: float
     hold_reason: str
+    retrans_pct: float
+    loss_holds: int
     FIELDS: ClassVar[list[str]]  # the fields above, in order
     def as_dict(self) -> dict[str, int | float | bool | str]: ...
 
@@ -107,8 +112,11 @@ class Counters:
     hedges: int
     writer_chunks: int
     holds: int
+    loss_holds: int
+    spin_skips: int
+    cpu_pressure: float
     FIELDS: ClassVar[list[str]]
-    def as_dict(self) -> dict[str, int]: ...
+    def as_dict(self) -> dict[str, int | float]: ...
 
 class Transport:
     rank: int

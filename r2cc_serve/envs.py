@@ -108,6 +108,21 @@ _knob("R2CC_OP_TIMEOUT_S", 300.0, float,
       "Upper bound for one collective; a wait longer than this aborts the group (with "
       "PeerStalledError naming the rank when a stalled process is why).",
       transport="op_timeout_s")
+_knob("R2CC_LOSS_HOLD_PCT", 0.5, float,
+      "Lossy rails: a rail whose connection to a peer retransmits this many percentage points "
+      "more of its data segments than that peer's best other rail (TCP_INFO, over a window of "
+      "at least R2CC_LOSS_MIN_SEGMENTS) is held out like a flapping one (state held, reason "
+      "'lossy: ...'): a chunk whose last packet is lost waits for a retransmission timeout of "
+      "200 ms or more. Healthy rails here retransmit under 0.02%. It stays held while its "
+      "heartbeats still show loss, for R2CC_FLAP_HOLD_S doubled per new hold. 0: never.",
+      transport="loss_hold_pct")
+_knob("R2CC_LOSS_MIN_SEGMENTS", 1000, int,
+      "Data segments a loss window must span before a rail is judged lossy (or 10 "
+      "retransmissions, whichever comes first; a window also spans at least a second and needs "
+      "retransmissions in 3 of its 250 ms samples, so one burst, e.g. a rate cut overflowing the "
+      "queue, is not loss): at 1% loss 1000 segments show ~10 retransmissions, a healthy rail's "
+      "well under one.",
+      transport="loss_min_segments")
 _knob("R2CC_WATCHDOG_REALTIME", True, _bool,
       "Run the heartbeat/failure-detection thread with SCHED_FIFO priority (or a lower nice "
       "value without the privilege), so a saturated CPU is not mistaken for a dead rail.",
@@ -117,13 +132,21 @@ _knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
       "acknowledged (a spinning waiter's peer silent for 50 us, else 1 ms after sending): a message "
       "lost on a silently dead rail then costs that, not the failure detection. 0: off.",
       transport="hedge_bytes")
-_knob("R2CC_SPIN_US", 0, int,
-      "A rank waiting for a collective polls its sockets for this many microseconds before it sleeps: "
-      "lower small-message latency where a core is free, CPU taken from the model where none "
-      "is. Spinning turns itself off while most spins end without data (a late peer, or one "
-      "starved of the CPU the spin takes) and one wait in 16 tries again; counters() shows "
-      "spin_hits and spin_misses. 0 (default): sleep at once, right for serving on a busy machine.",
+_knob("R2CC_SPIN_US", 100, int,
+      "A rank waiting for a collective polls its sockets for up to this many microseconds before "
+      "it sleeps, while the host has a core to spare (R2CC_SPIN_MAX_CPU_PRESSURE): small messages "
+      "then arrive without a wake-up. Spinning also turns itself off while most spins end "
+      "without data (a late peer) and one wait in 16 tries again; counters() shows spin_hits, "
+      "spin_misses and spin_skips (waits that slept at once because the CPU was wanted). "
+      "0: never spin.",
       transport="spin_us")
+_knob("R2CC_SPIN_MAX_CPU_PRESSURE", 0.10, float,
+      "Spin only while the host's CPU pressure (/proc/pressure/cpu: the share of time some "
+      "runnable thread waited for a core, over about a second) is below this, so a spin never "
+      "takes a core that a model worker or another rank wants. An idle host's pressure is near "
+      "0; the 2-core lab serving a model sits far above 0.1. 1: spin whatever the load; without "
+      "PSI in the kernel a rank spins only at 1.",
+      transport="spin_max_cpu_pressure")
 _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
       "Sends up to this size are copied and complete at once (kept until acknowledged).",
       transport="small_msg_bytes")

@@ -288,3 +288,75 @@ def mid_size_after_small_messages(rank, world, store):
         return mid_size_chunk_writers(comm, rank, world)
     finally:
         comm.close()
+
+
+def lossy_rail_is_held(rank, world, store, loss_pct, hold_s):
+    """Rail 1 of host 0 loses loss_pct% of its packets each way under 4 MiB all_reduces: the rail
+    is held for loss at both ends (the reason says so), it carries nothing while held, every
+    result is exact; once the loss is cleared the hold runs out and the rail carries again."""
+    lab, comm = lab_comm(rank, world, store, hold_s=hold_s)
+    out = {"exact": True}
+    try:
+        inputs, want = _warmed_up_inputs(comm, rank, world, 1 << 20)
+        store_barrier(store, "go", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "lossy", loss_pct)
+        store_barrier(store, "lossy", rank, world)
+
+        def rail1():
+            return next(s for s in comm.rail_stats() if s["rail"] == 1)
+
+        # Every rank runs the same number of calls: the sum of a flag says when a rank's rail 1 is held.
+        t0, calls = time.monotonic(), 0
+        while True:
+            flag = torch.zeros(1)
+            flag[0] = float(rail1()["state"] == "held" or time.monotonic() - t0 > 30)
+            out["exact"] &= bits_equal(comm.all_reduce(inputs[rank].clone()), want)
+            comm.all_reduce(flag)
+            calls += 1
+            if flag[0] >= world:
+                break
+        out["held_after_s"], out["calls_to_hold"] = time.monotonic() - t0, calls
+        s = rail1()
+        out["held"] = {k: s[k] for k in ("state", "hold_reason", "loss_holds", "retrans_pct")}
+        sent0 = s["bytes_sent"]
+        for _ in range(5):
+            out["exact"] &= bits_equal(comm.all_reduce(inputs[rank].clone()), want)
+        out["sent_while_held"] = rail1()["bytes_sent"] - sent0
+        out["counters"] = comm.counters()
+        store_barrier(store, "measured", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "clear")
+        store_barrier(store, "cleared", rank, world)
+        # The hold ends by itself once its time is up with no loss seen (the probes are clean now).
+        t1 = time.monotonic()
+        while rail1()["state"] != "up" and time.monotonic() - t1 < hold_s * 4 + 10:
+            time.sleep(0.1)
+        out["up_after_clear_s"] = time.monotonic() - t1
+        store_barrier(store, "back", rank, world)
+        sent1 = rail1()["bytes_sent"]
+        out["exact"] &= bits_equal(comm.all_reduce(inputs[rank].clone()), want)
+        out["sent_after"] = rail1()["bytes_sent"] - sent1
+        return out
+    finally:
+        store_barrier(store, "end", rank, world)
+        comm.close()
+
+
+def degrade_is_not_loss(rank, world, store, rate):
+    """A rate cut overflows rail 1's queue once (a burst of retransmissions): not a lossy rail."""
+    lab, comm = lab_comm(rank, world, store)
+    try:
+        inputs, want = _warmed_up_inputs(comm, rank, world, 4 << 20)
+        store_barrier(store, "go", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "degrade", rate)
+        exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(12))
+        s = next(s for s in comm.rail_stats() if s["rail"] == 1)
+        store_barrier(store, "measured", rank, world)
+        if rank == 0:
+            lab.fault(0, 1, "clear")
+        return {"exact": exact, "loss_holds": s["loss_holds"], "state": s["state"], "retrans_pct": s["retrans_pct"]}
+    finally:
+        store_barrier(store, "end", rank, world)
+        comm.close()

@@ -3,6 +3,7 @@ all rails down, recovery. Each checks bit-exact results and that recovery really
 Also what the rails' kernel side does to the data path where loopback cannot show it."""
 
 import os
+import re
 
 import pytest
 
@@ -118,3 +119,25 @@ def test_mid_size_chunks_leave_from_the_caller(lab):
         assert r["exact"], r
         assert r["chunks"] >= 20 * 4, r  # the messages really were cut over the rails
         assert r["writer_chunks"] <= r["chunks"] // 10, r
+
+
+@pytest.mark.parametrize("loss_pct", [1, 5])
+def test_lossy_rail_is_held_while_it_loses_and_returns_after(lab, loss_pct):
+    res = run_ranks(lab_workers.lossy_rail_is_held, 2, loss_pct, 3.0, timeout=240)
+    for r in res:
+        assert r["exact"], r
+        assert r["held"]["state"] == "held" and r["held_after_s"] < 15, r
+        assert r["sent_while_held"] == 0, r  # 5 all_reduces of 4 MiB, none of it on the lossy rail
+        assert r["up_after_clear_s"] < 3.0 * 4 + 10 and r["sent_after"] > 0, r
+    # at least one end saw the loss itself (the other may only have been told)
+    judged = [r for r in res if r["held"]["hold_reason"].startswith("lossy:")]
+    assert judged and all(r["held"]["loss_holds"] >= 1 for r in judged), res
+    assert all(float(re.match(r"lossy: ([0-9.]+)%", r["held"]["hold_reason"]).group(1)) >= 0.5 for r in judged), res
+    assert sum(r["counters"]["loss_holds"] for r in res) >= 1, res
+
+
+def test_rate_cut_is_not_taken_for_loss(lab):
+    # 1gbit -> 50mbit overflows the rail's queue once; a burst like that must not hold the rail
+    res = run_ranks(lab_workers.degrade_is_not_loss, 2, "50mbit", timeout=180)
+    for r in res:
+        assert r["exact"] and r["loss_holds"] == 0 and r["state"] == "up", r

@@ -20,7 +20,8 @@ def test_bandwidth_is_measured_on_large_transfers_only():
 
 
 def test_spinning_stops_when_it_does_not_pay():
-    res = run_ranks(workers.spin_pays_or_stops, 2, {"spin_us": 200}, timeout=180)
+    # spin_max_cpu_pressure 1: spin whatever the host's load (this test is about the hit-rate gate)
+    res = run_ranks(workers.spin_pays_or_stops, 2, {"spin_us": 200, "spin_max_cpu_pressure": 1.0}, timeout=180)
     assert sum(r["quick_hits"] for r in res) > 0, res  # a prompt peer: spins end in data
     # A late peer: rank 0's spins miss. Without the gate each of its 200 waits would spin for
     # nothing; with it, a few misses turn spinning off and one wait in 16 probes.
@@ -28,9 +29,21 @@ def test_spinning_stops_when_it_does_not_pay():
     assert res[0]["late_hits"] <= res[0]["late_misses"], res
 
 
-def test_no_spinning_by_default():
-    res = run_ranks(workers.spin_pays_or_stops, 2, {}, timeout=180)
+def test_no_spinning_at_spin_us_0():
+    res = run_ranks(workers.spin_pays_or_stops, 2, {"spin_us": 0}, timeout=180)
     assert all(r["quick_hits"] + r["quick_misses"] + r["late_misses"] == 0 for r in res), res
+
+
+def test_spinning_yields_to_a_busy_host():
+    # Three busy-looping processes on this host: threads wait for cores (CPU pressure), so a
+    # waiting rank sleeps at once instead of taking a core; the same waits spin on an idle host.
+    res = run_ranks(workers.spin_under_cpu_pressure, 2, {"spin_us": 200}, timeout=180)
+    for r in res:
+        assert r["busy"]["cpu_pressure"] > 0.10, r  # the default bar
+        assert r["busy"]["spin_skips"] > 100 and r["busy"]["spins"] <= 20, r
+    never = run_ranks(workers.spin_under_cpu_pressure, 2, {"spin_us": 200, "spin_max_cpu_pressure": 0.0},
+                      timeout=180)
+    assert all(r["idle"]["spins"] == 0 and r["idle"]["spin_skips"] > 0 for r in never), never
 
 
 def test_a_goodbye_is_logged_quietly_and_a_fault_is_not():

@@ -335,6 +335,39 @@ def spin_pays_or_stops(rank, world, store, opts):
         comm.close()
 
 
+def spin_under_cpu_pressure(rank, world, store, opts):
+    """500 small all_reduces on this (possibly idle) host, then 500 more while three processes
+    busy-loop (rank 0 starts them): spins, skips and the pressure seen in each phase."""
+    import subprocess
+    import sys
+
+    comm = open_comm(rank, world, store, **opts)
+    hogs = []
+    try:
+        x = make_input(rank, 1024, torch.float32)
+
+        def phase():
+            c0 = comm.counters()
+            for _ in range(500):
+                comm.all_reduce(x.clone())
+            c1 = comm.counters()
+            return {"spins": (c1["spin_hits"] + c1["spin_misses"]) - (c0["spin_hits"] + c0["spin_misses"]),
+                    "spin_skips": c1["spin_skips"] - c0["spin_skips"], "cpu_pressure": c1["cpu_pressure"]}
+        idle = phase()
+        store_barrier(store, "idle-done", rank, world)
+        if rank == 0:  # (a rank is a daemon process: it may start programs, not multiprocessing children)
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+        time.sleep(2.5)  # the pressure is smoothed over about a second
+        busy = phase()
+        store_barrier(store, "busy-done", rank, world)
+        return {"idle": idle, "busy": busy}
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait(5)
+        comm.close()
+
+
 def goodbye_is_not_a_warning(rank, world, store, opts):
     """A rail that fails is logged as a warning; the rails of a peer that closed its
     communicator go down too, but that is logged at INFO. Returns the monitor's log records."""

@@ -56,6 +56,11 @@ def register(subparsers) -> None:
                         "h<HOST>:<RAIL>:down|blackhole|degrade:RATE|lossy:PCT, or drain (that host's rank "
                         "drains the rail: the same rail out of service, to compare with); e.g. two of h3's "
                         "four rails down make h3 a straggler at beta 0.5")
+    p.add_argument("--hold-traffic", type=float, default=0.0, metavar="SECONDS",
+                   help="with --hold-fault: run 4 MiB all_reduces for this long once the held faults are in "
+                        "place, before any size is measured, so the transport can see and act on a fault "
+                        "that only traffic shows (a lossy rail): the rows are then the steady state, and "
+                        "the rail states after it are printed (default 0)")
     p.add_argument("--followups", type=int, default=None,
                    help="ops run after the faulted one with the fault still active (default: one per rail)")
     p.add_argument("--fault-reps", type=int, default=1,
@@ -116,6 +121,8 @@ def options_from_args(args, rate: str | None = None):
     sizes = spec.parse_sizes(args.sizes)
     backends = spec.parse_backends(args.backend)
     holds = [spec.parse_hold(h, args.hosts, args.rails) for h in args.hold_fault]
+    if args.hold_traffic < 0 or (args.hold_traffic and not holds):
+        raise UserError("--hold-traffic takes seconds >= 0 and needs --hold-fault")
     if holds and backends != ["r2cc"]:
         raise UserError("--hold-fault keeps rails broken for a whole launch: only r2cc survives that "
                         "(use --backend r2cc)")
@@ -128,7 +135,7 @@ def options_from_args(args, rate: str | None = None):
         schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
         warmup=args.warmup, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
         timeout_s=args.timeout, fault_timeout_s=args.fault_timeout, followups=args.followups,
-        fault_reps=args.fault_reps,
+        fault_reps=args.fault_reps, hold_traffic_s=args.hold_traffic,
         keep_lab=args.keep_lab)
 
 

@@ -47,6 +47,7 @@ class BenchOptions:
     keep_lab: bool = False
     schedules: list[str] = field(default_factory=list)  # r2cc all_reduce schedules measured side by side
     holds: list[BenchFault] = field(default_factory=list)  # faults held for the whole r2cc launch
+    hold_traffic_s: float = 0.0  # bulk traffic after the held faults are in place, before measuring
     spin_us: int | None = None  # R2CC_SPIN_US for the r2cc ranks (None: the caller's environment)
 
 
@@ -230,7 +231,7 @@ class Bench:
                # gloo raises after this; a fault launch must not wait minutes for it.
                "timeout_s": o.fault_timeout_s if fault_tasks and backend != "r2cc" else o.timeout_s,
                "fault_timeout_s": o.fault_timeout_s,
-               "hold": bool(o.holds) and backend == "r2cc",
+               "hold": bool(o.holds) and backend == "r2cc", "hold_traffic_s": o.hold_traffic_s,
                # The planner's nominal rail rate: the lab's real one, so auto decides with true numbers.
                "rail_Bps": rate_bits(o.rate) / 8 if o.rate else None}
         cfg_path = os.path.join(self.tmp, f"{name}.json")

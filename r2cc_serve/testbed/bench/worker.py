@@ -146,6 +146,8 @@ class Worker:
         for host, rail in self.results["held"].get("drains", []):
             if host == self.rank:
                 self.backend.drain(rail)
+        if self.cfg.get("hold_traffic_s"):
+            self.hold_traffic(self.cfg["hold_traffic_s"])
         time.sleep(SETTLE_S / 2)
         states, since, t0 = None, time.monotonic(), time.monotonic()
         while time.monotonic() - since < SETTLE_S and time.monotonic() - t0 < RECOVERY_WAIT_S:
@@ -156,6 +158,21 @@ class Worker:
         self.results["held_states"] = states
         self.say(f"held faults in place: {self.results['held']}")
         self.backend.barrier()
+
+    def hold_traffic(self, seconds: float) -> None:
+        """4 MiB all_reduces for `seconds`. Every rank stops after the same call: element 0 of each
+        input is 1 on a rank whose time is up, so the sum says when any rank's is."""
+        work = torch.zeros(1 << 20)
+        t0, calls = time.monotonic(), 0
+        while True:
+            work.zero_()
+            work[0] = float(time.monotonic() - t0 >= seconds)
+            self.backend.comm.all_reduce(work)
+            calls += 1
+            if work[0] > 0:
+                break
+        self.say(f"held-fault traffic: {calls} all_reduces of 4M in {time.monotonic() - t0:.1f} s; "
+                 f"rails now {self.backend.rail_states()}")
 
     def _group(self, task):
         k = task.get("exclude_rail")
