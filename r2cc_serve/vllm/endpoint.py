@@ -60,12 +60,15 @@ class R2CCAdminEndpoint:
         self.state.view.start(asyncio.get_running_loop())
         if self.state.token is None:
             log.warning("r2cc admin: no R2CC_ADMIN_TOKEN set: /r2cc/v1 reads work, drain/failover answer 403")
-        if getattr(args, "enable_fault_tolerance", False) and envs.get("R2CC_FT_AUTO_RETRY"):
+        if getattr(args, "enable_fault_tolerance", False):
             from r2cc_serve.vllm import fault_tolerance
 
+            auto = envs.get("R2CC_FT_AUTO_RETRY")
+            # A retry re-forms the groups, with new control agents: the view must ask the workers again.
             # Kept on self: the event loop holds tasks only weakly.
-            self.ft_task = asyncio.get_running_loop().create_task(
-                fault_tolerance.auto_retry_loop(engine_client, lambda rid: compat.fault_tolerance_request("retry", rid)))
-            log.warning("r2cc: --enable-fault-tolerance: an r2cc group that gives up is retried automatically "
-                        "every %g s until a rail is back (R2CC_FT_AUTO_RETRY=0 leaves it to "
-                        "POST /fault_tolerance/apply)", envs.get("R2CC_FT_RETRY_INTERVAL_S"))
+            self.ft_task = asyncio.get_running_loop().create_task(fault_tolerance.watch_engine(
+                engine_client, lambda rid: compat.fault_tolerance_request("retry", rid), auto_retry=auto,
+                on_resumed=self.state.view.source.forget))
+            log.warning("r2cc: --enable-fault-tolerance: an r2cc group that gives up is %s",
+                        f"retried automatically every {envs.get('R2CC_FT_RETRY_INTERVAL_S'):g} s until a rail is back"
+                        if auto else "left to POST /fault_tolerance/apply (R2CC_FT_AUTO_RETRY=0)")

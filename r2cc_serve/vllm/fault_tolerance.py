@@ -82,14 +82,18 @@ def auto_retry_wanted(reason: str | None) -> bool:
     return bool(reason) and GAVE_UP in reason and envs.get("R2CC_FT_AUTO_RETRY")
 
 
-async def auto_retry_loop(engine_client, make_request, *, poll_s: float = 0.1, say=log.warning) -> None:
-    """In vLLM's API server (the r2cc endpoint plugin): while the engine is unhealthy because an r2cc
-    group gave up, send vLLM's `retry` through EngineClient.handle_fault, the call behind
-    POST /fault_tolerance/apply, every R2CC_FT_RETRY_INTERVAL_S until one succeeds.
+async def watch_engine(engine_client, make_request, *, auto_retry: bool, on_resumed=None, poll_s: float = 0.1,
+                       say=log.warning) -> None:
+    """In vLLM's API server (the r2cc endpoint plugin), with --enable-fault-tolerance: follow the
+    engine's fault-tolerance status and, when it is healthy again after being unhealthy (whoever
+    sent the retry), call on_resumed() (the admin API forgets the old groups' agents).
 
-    GET /fault_tolerance/status reads the same cache this polls (the engine pushes its status), so
-    polling costs nothing. A retry takes up to R2CC_FT_REFORM_TIMEOUT_S while no rail is back.
-    make_request(request_id) builds vLLM's FaultToleranceRequest. Runs until cancelled.
+    auto_retry: while the engine is unhealthy because an r2cc group gave up, send vLLM's `retry`
+    through EngineClient.handle_fault, the call behind POST /fault_tolerance/apply, every
+    R2CC_FT_RETRY_INTERVAL_S until one succeeds. A retry takes up to R2CC_FT_REFORM_TIMEOUT_S
+    while no rail is back. make_request(request_id) builds vLLM's FaultToleranceRequest.
+
+    get_status reads a cache the engine pushes to, so polling costs nothing. Runs until cancelled.
     """
     import asyncio
     import time
@@ -105,11 +109,20 @@ async def auto_retry_loop(engine_client, make_request, *, poll_s: float = 0.1, s
             log.debug("r2cc: fault-tolerance status unavailable: %s", exc)
             await asyncio.sleep(1.0)
             continue
-        if engine.get("status") != "unhealthy" or not auto_retry_wanted(engine.get("fault_info")):
+        state = engine.get("status")
+        if state != "unhealthy":
+            if since is not None and state == "healthy":
+                say("r2cc: engine healthy again %.1f s after it went unhealthy%s", time.monotonic() - since,
+                    f" (automatic retry {attempts})" if attempts else "")
+                if on_resumed is not None:
+                    on_resumed()
             attempts, since = 0, None
             await asyncio.sleep(poll_s)
             continue
         since = since or time.monotonic()
+        if not (auto_retry and auto_retry_wanted(engine.get("fault_info"))):
+            await asyncio.sleep(poll_s)
+            continue
         attempts += 1
         request_id = f"r2cc-auto-{uuid.uuid4().hex[:12]}"
         try:
@@ -118,10 +131,7 @@ async def auto_retry_loop(engine_client, make_request, *, poll_s: float = 0.1, s
         except Exception as exc:  # noqa: BLE001 - try again after the interval
             ok, why = False, f"{type(exc).__name__}: {exc}"
         if ok:
-            say("r2cc: automatic retry %d (%s) resumed the engine %.1f s after it went unhealthy",
-                attempts, request_id, time.monotonic() - since)
-            attempts, since = 0, None
-            continue
+            continue  # the status cache says healthy at the next look
         if attempts == 1 or attempts % 10 == 0:
             say("r2cc: automatic retry %d: engine still unhealthy (%s); next in %.1f s",
                 attempts, (why or "")[:300], interval)

@@ -4,7 +4,8 @@ Every data rail of host 1 goes down for 8 s with no fallback rail, while four lo
 decode. The r2cc group gives up (R2CC_ALL_RAILS_DOWN_GRACE_MS), vLLM keeps the engine
 (unhealthy), the requests in flight end at once with r2cc's error naming the rails, and once the
 rails are back r2cc's automatic retry (R2CC_FT_AUTO_RETRY, on by default) re-forms the group and
-resumes the engine: same processes, model loaded once, the same tokens as before the outage.
+resumes the engine: same processes, model loaded once, the same tokens as before the outage,
+and r2cc's admin API reports the new groups healthy.
 
 About 2 minutes: one deployment (~60 s to start and warm up), the outage and two short loads.
 The figure's 30 s outage, the operator's retry and the run without the flag: `r2cc` commands in
@@ -52,3 +53,5 @@ def test_all_rails_of_a_host_down_the_engine_survives_and_resumes_by_itself(dep)
     assert out.procs_alive_after and out.model_loads == 2, s
     assert len(out.after.ok) == len(LOAD.prompts) and not out.after.failed, s
     assert out.token_diffs == [], s
+    # r2cc's admin API follows the re-formed groups (their new control agents).
+    assert out.admin_health_after and out.admin_health_after["status"] == "ok", s

@@ -81,13 +81,14 @@ class _Engine:
         return SimpleNamespace(success=True, reason=None)
 
 
-def _run_loop(engine, seconds: float, monkeypatch) -> list[str]:
+def _run_loop(engine, seconds: float, monkeypatch, auto: bool = True, resumed: list | None = None) -> list[str]:
     monkeypatch.setenv("R2CC_FT_RETRY_INTERVAL_S", "0.05")
     said = []
 
     async def main():
-        task = asyncio.create_task(ft.auto_retry_loop(engine, lambda rid: rid, poll_s=0.01,
-                                                      say=lambda *a: said.append(a[0] % a[1:])))
+        task = asyncio.create_task(ft.watch_engine(
+            engine, lambda rid: rid, auto_retry=auto, poll_s=0.01, say=lambda *a: said.append(a[0] % a[1:]),
+            on_resumed=None if resumed is None else lambda: resumed.append(engine.status)))
         await asyncio.sleep(seconds)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -98,11 +99,30 @@ def _run_loop(engine, seconds: float, monkeypatch) -> list[str]:
 
 
 def test_automatic_retry_repeats_until_the_engine_is_healthy_then_stops(monkeypatch):
-    engine = _Engine(_explain(ft_enabled=True), fail_first=3)
-    said = _run_loop(engine, 0.6, monkeypatch)
+    engine, resumed = _Engine(_explain(ft_enabled=True), fail_first=3), []
+    said = _run_loop(engine, 0.6, monkeypatch, resumed=resumed)
     assert len(engine.calls) == 4, engine.calls  # three failures, one success, then nothing
     assert all(c.startswith("r2cc-auto-") for c in engine.calls) and len(set(engine.calls)) == 4
-    assert any("still unhealthy" in s for s in said) and any("resumed the engine" in s for s in said)
+    assert any("still unhealthy" in s for s in said) and any("healthy again" in s for s in said)
+    assert resumed == ["healthy"], "the admin view is told once that the groups were re-formed"
+
+
+def test_without_automatic_retry_an_operator_s_retry_is_still_noticed(monkeypatch):
+    engine, resumed = _Engine(_explain(ft_enabled=True), fail_first=0), []
+
+    async def operator():
+        await asyncio.sleep(0.1)
+        engine.status = "healthy"  # POST /fault_tolerance/apply went through vLLM's own route
+
+    async def main():
+        task = asyncio.create_task(ft.watch_engine(engine, lambda rid: rid, auto_retry=False, poll_s=0.01,
+                                                   say=lambda *a: None, on_resumed=lambda: resumed.append(1)))
+        await operator()
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=10))
+    assert engine.calls == [] and resumed == [1]
 
 
 def test_automatic_retry_leaves_other_faults_to_the_operator(monkeypatch):

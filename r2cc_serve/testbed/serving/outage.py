@@ -50,6 +50,7 @@ class OutageResult:
     token_diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     retries: list[tuple[float, int]] = field(default_factory=list)  # operator's POSTs: (time, HTTP status)
+    admin_health_after: dict | None = None  # r2cc's GET /r2cc/v1/health after the outage (new groups' agents)
 
     def _rel(self, t: float | None, base: float | None) -> float | None:
         return None if t is None or base is None else round(t - base, 3)
@@ -71,6 +72,7 @@ class OutageResult:
             "after_failed": None if self.after is None else len(self.after.failed),
             "token_diffs": self.token_diffs[:3], "errors": self.errors,
             "operator_retries": [(self._rel(t, self.restored_at), code) for t, code in self.retries],
+            "admin_health_after": self.admin_health_after,
             "status_changes": [(self._rel(t, self.injected_at), s, (i or "")[:160]) for t, s, i in self.status],
         }
 
@@ -173,7 +175,27 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
     if out.served_again_at is not None:
         out.after = run_load(dep.url, dep.model, dataclasses.replace(load))
         out.token_diffs = compare(out.before, out.after)
+        out.admin_health_after = admin_health(dep.url)
     return out
+
+
+def admin_health(url: str, timeout_s: float = 20.0) -> dict:
+    """r2cc's own view after the outage: GET /r2cc/v1/health until it says ok (its agents are the
+    re-formed groups' ones), at most timeout_s. {"code", "status", "reasons", "after_s"}."""
+    t0 = time.time()
+    last: dict = {}
+    with httpx.Client(trust_env=False) as client:
+        while True:
+            try:
+                r = client.get(f"{url}/r2cc/v1/health", timeout=5.0)
+                body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+                last = {"code": r.status_code, "status": body.get("status"), "reasons": (body.get("reasons") or [])[:3]}
+            except (httpx.HTTPError, ValueError) as exc:
+                last = {"code": None, "status": None, "reasons": [f"{type(exc).__name__}"]}
+            last["after_s"] = round(time.time() - t0, 2)
+            if last.get("status") == "ok" or time.time() - t0 > timeout_s:
+                return last
+            time.sleep(0.5)
 
 
 def _read(path: str) -> str:
