@@ -50,6 +50,7 @@ class OutageResult:
     token_diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     retries: list[tuple[float, int]] = field(default_factory=list)  # operator's POSTs: (time, HTTP status)
+    queued: dict | None = None  # a request sent halfway through the outage: when and how it ended
     admin_health_after: dict | None = None  # r2cc's GET /r2cc/v1/health after the outage (new groups' agents)
 
     def _rel(self, t: float | None, base: float | None) -> float | None:
@@ -73,6 +74,11 @@ class OutageResult:
             "token_diffs": self.token_diffs[:3], "errors": self.errors,
             "operator_retries": [(self._rel(t, self.restored_at), code) for t, code in self.retries],
             "admin_health_after": self.admin_health_after,
+            "queued_request": None if self.queued is None else {
+                "sent_after_fault_s": self._rel(self.queued["sent_at"], self.injected_at),
+                "ended_after_return_s": self._rel(self.queued["ended_at"], self.restored_at),
+                "ok": self.queued["ok"], "finish_reason": self.queued["finish_reason"],
+                "error": (self.queued["error"] or "")[:200]},
             "status_changes": [(self._rel(t, self.injected_at), s, (i or "")[:160]) for t, s, i in self.status],
         }
 
@@ -123,6 +129,11 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
     ended: list[dict] = []
     t = threading.Thread(target=_long_requests, args=(dep, inflight, inflight_tokens, ended, hold_s + 120),
                          daemon=True, name="outage-inflight")
+    # Sent halfway through the outage: with --enable-fault-tolerance it waits in the engine's queue.
+    queued: list[dict] = []
+    queued_sent = 0.0
+    mid = threading.Thread(target=_long_requests, args=(dep, 1, 16, queued, hold_s + 120), daemon=True,
+                           name="outage-queued")
     spec = FaultSpec("all-down", host=host)
     with httpx.Client(trust_env=False) as client:
         t.start()
@@ -133,6 +144,9 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
             say(f"[outage] every data rail of host {host} down")
             last = None
             while time.time() < out.injected_at + hold_s:
+                if not mid.is_alive() and not mid.ident and time.time() > out.injected_at + hold_s / 2:
+                    queued_sent = time.time()
+                    mid.start()
                 st, info = ft_status(client, dep.url)
                 if (st, info) != last:
                     out.status.append((time.time(), st, info))
@@ -170,6 +184,10 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
                 out.served_again_at = time.time()
                 break
             time.sleep(0.1)
+    if mid.ident:
+        mid.join(timeout=recover_timeout_s + 30)
+        if queued:
+            out.queued = dict(queued[0], sent_at=queued_sent)
     out.procs_alive_after = all(p.alive() for p in dep.procs)
     out.model_loads = sum(len(_MODEL_LOADED.findall(_read(p.log_path))) for p in dep.procs)
     if out.served_again_at is not None:
