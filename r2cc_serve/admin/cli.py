@@ -76,10 +76,12 @@ def render_decisions(rails: list[dict]) -> str:
 
 
 def render_holds(rails: list[dict]) -> str:
-    """One line per rail held out by flap dampening: host, rail, time left, failures, why."""
-    lines = [f"  {r['host']} rail{r['rail']}: held {r['hold']['left_s']:.0f} s more after {r['hold']['failures']} "
-             f"failures ({r['hold']['reason']}); POST /r2cc/v1/rails/{r['host']}/{r['rail']}/restore ends it" for r in rails if r.get("hold")]
-    return "flapping rails held out:\n" + "\n".join(lines) if lines else ""
+    """One line per rail held out (flapping or lossy): host, rail, time left, what it did, why."""
+    def what(h: dict) -> str:
+        return "losing packets" if h["reason"].startswith("lossy") else f"{h['failures']} failures"
+    lines = [f"  {r['host']} rail{r['rail']}: held {r['hold']['left_s']:.0f} s more after {what(r['hold'])} "
+             f"({r['hold']['reason']}); POST /r2cc/v1/rails/{r['host']}/{r['rail']}/restore ends it" for r in rails if r.get("hold")]
+    return "rails held out:\n" + "\n".join(lines) if lines else ""
 
 
 def render_plans(groups: list[dict]) -> str:

@@ -39,8 +39,12 @@ class R2CCCollector:
                                    "declared (detection latency)", labels=labels)
         flaps = CounterMetricFamily("r2cc_rail_flap_failures", "failures counted by flap dampening (not the "
                                     "operator's failovers)", labels=labels)
-        hold = GaugeMetricFamily("r2cc_rail_hold_seconds", "time left of the host's flap hold on the rail "
-                                 "(0: not held)", labels=labels)
+        hold = GaugeMetricFamily("r2cc_rail_hold_seconds", "time left of the host's hold on the rail, for "
+                                 "flapping or loss (0: not held)", labels=labels)
+        retrans = GaugeMetricFamily("r2cc_rail_retransmit_percent", "share of data segments retransmitted on the "
+                                    "rail in its last loss window (worst connection)", labels=labels)
+        loss_holds = CounterMetricFamily("r2cc_rail_loss_holds", "times the rail was held out for losing packets",
+                                         labels=labels)
         for r in snap.rails:
             lv = [r["host"], str(r["rail"])]
             up.add_metric(lv, 1.0 if r["state"] in ("up", "slow") else 0.0)
@@ -55,7 +59,9 @@ class R2CCCollector:
             detect.add_metric(lv, r["detection_s"])
             flaps.add_metric(lv, r.get("flap_failures", 0))
             hold.add_metric(lv, (r.get("hold") or {}).get("left_s", 0.0))
-        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold)
+            retrans.add_metric(lv, r.get("retrans_pct", 0.0))
+            loss_holds.add_metric(lv, r.get("loss_holds", 0))
+        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold, retrans, loss_holds)
         yield from self._hosts(snap)
         yield from self._peers(snap)
         yield self._durations(snap)

@@ -55,6 +55,9 @@ class Rail(BaseModel):
     bytes_resent: int
     failovers: int
     flap_failures: int = Field(0, description="failures counted by flap dampening (operator failovers are not)")
+    retrans_pct: float = Field(0.0, description="share of data segments the kernel retransmitted on this rail in the "
+                               "last loss window, percent (the worst connection); a healthy rail is near 0")
+    loss_holds: int = Field(0, description="times the rail was held out for losing packets")
     detection_s: float = Field(description="silence before the last failure was declared")
     last_error: Optional[str]
     last_error_time: Optional[float] = Field(description="unix seconds")
@@ -63,8 +66,9 @@ class Rail(BaseModel):
         "the operator's drain or failover of this host's rail, while it holds (until undrain or restore); "
         "kept across restarts with R2CC_STATE_DIR"))
     hold: Optional[Hold] = Field(None, description=(
-        "flap dampening: the rail failed often enough lately to be held out (state held: connected and probed, "
-        "no new chunks) until left_s runs out or POST .../restore; null when not held"))
+        "the rail failed often enough lately (flap dampening) or loses packets (reason 'lossy: ...') to be held "
+        "out (state held: connected and probed, no new chunks) until left_s runs out or POST .../restore; null "
+        "when not held"))
 
 
 class RailList(BaseModel):

@@ -33,6 +33,8 @@ def rail_view(conns: list[dict]) -> dict:
         "chunks_resent": sum(c["chunks_resent"] for c in conns), "bytes_resent": sum(c["bytes_resent"] for c in conns),
         "failovers": sum(c["failovers"] for c in conns),
         "flap_failures": sum(c.get("flap_failures", 0) for c in conns),
+        "retrans_pct": max((c.get("retrans_pct", 0.0) for c in conns), default=0.0),
+        "loss_holds": sum(c.get("loss_holds", 0) for c in conns),
         "detection_s": max((c["last_detect_s"] for c in conns), default=0.0),
         "last_error": last["last_error"] or None,
         "last_error_time": last["last_error_time"] or None,
@@ -44,7 +46,7 @@ def rail_view(conns: list[dict]) -> dict:
 
 
 def _hold(conns: list[dict]) -> dict | None:
-    """Flap dampening on this host's rail: the connection held longest says why and for how long
+    """A hold on this host's rail (flapping or lossy): the connection held longest says why and for how long
     (None when no connection to any peer is held; agents of older builds report no hold)."""
     held = [c for c in conns if c.get("hold_reason")]
     if not held:

@@ -62,3 +62,21 @@ def test_a_held_rail_is_shown_held_with_why_and_time_left():
                  'r2cc_rail_hold_seconds{host="node0",rail="2"} 7.5',
                  'r2cc_rail_flap_failures_total{host="node0",rail="2"} 4.0'):
         assert want in text, want
+
+
+def test_a_lossy_rail_is_shown_held_for_loss():
+    from r2cc_serve.admin.cli import render_holds
+    from r2cc_serve.admin.snapshot import rail_view
+
+    lossy = dict(_conn(1, "held", "lossy: 4.8% of 1784 segments retransmitted over 2.3 s, in 6 of its samples", 9.0),
+                 retrans_pct=4.8, loss_holds=1)
+    view = rail_view([lossy, dict(_conn(2, "up"), retrans_pct=0.01, loss_holds=0)])
+    assert view["state"] == "held" and view["retrans_pct"] == 4.8 and view["loss_holds"] == 1
+    assert view["hold"]["reason"].startswith("lossy: 4.8%")
+    line = render_holds([dict(view, host="node0")])
+    assert "node0 rail2: held 9 s more after losing packets (lossy: 4.8%" in line, line
+    text = _text([dict(view, host="node0", detection_s=0.06)])
+    for want in ('r2cc_rail_state{host="node0",rail="2",state="held"} 1.0',
+                 'r2cc_rail_retransmit_percent{host="node0",rail="2"} 4.8',
+                 'r2cc_rail_loss_holds_total{host="node0",rail="2"} 1.0'):
+        assert want in text, want
