@@ -36,13 +36,15 @@ constexpr int64_t kLossWindowMaxNs = 30000000000LL;  // a window this old withou
 void Transport::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   if (opt_.loss_hold_pct <= 0 || !is_connected(c.state) || c.suspect || c.path_dead) return;
   Conn::LossWindow& w = c.loss;
-  if (w.sampled_ns && now - w.sampled_ns < kLossSampleNs && w.fd == c.fd) return;
+  const uint64_t epoch = c.epoch.load();
+  if (w.sampled_ns && now - w.sampled_ns < kLossSampleNs && w.epoch == epoch) return;
   w.sampled_ns = now;
   const PathInfo pi = path_info(c.fd);
   if (!pi.ok) return;
   if (!c.damp.holding(now)) w.probing = false;
-  if (w.fd != c.fd || now - w.start_ns > kLossWindowMaxNs || pi.data_segs_out < w.segs0) {
-    w.fd = c.fd;  // a new window; the last judgement (pct, judged_ns) stays
+  if (w.epoch != epoch || now - w.start_ns > kLossWindowMaxNs || pi.data_segs_out < w.segs0 ||
+      pi.total_retrans < w.retrans0) {
+    w.epoch = epoch;  // a new window; the last judgement (pct, judged_ns) stays
     w.start_ns = now;
     w.retrans0 = w.retrans_seen = pi.total_retrans;
     w.segs0 = pi.data_segs_out;

@@ -77,7 +77,7 @@ namespace r2cc {
   X(size_t, hedge_bytes, 16 * 1024)        \
   X(bool, watchdog_realtime, true)         \
   X(int, fallback_rails, 0)                \
-  X(int, spin_us, 100)                     \
+  X(int, spin_us, 1000)                    \
   X(double, spin_max_cpu_pressure, 0.10)   \
   X(double, flap_threshold, 2.0)           \
   X(double, flap_half_life_s, 60)          \

@@ -44,7 +44,9 @@ struct Transport::Conn {
   // Loss detection (loss.cc): the socket's retransmission and data-segment counts at the start of
   // the current window, and the retransmitted share of the last window judged.
   struct LossWindow {
-    int fd = -1;  // the socket the counts are from (a new socket starts a new window)
+    // The socket the counts are from, by the connection's epoch (bumped at every install and
+    // failure; a socket number is reused, so it cannot tell): a new socket starts a new window.
+    uint64_t epoch = 0;
     int64_t start_ns = 0, sampled_ns = 0;
     uint32_t retrans0 = 0, segs0 = 0;
     uint32_t retrans_seen = 0;  // the count at the last sample
