@@ -30,12 +30,19 @@ constexpr int kLossSpread = 3;  // samples of a window that must see retransmiss
 // A window with this many retransmissions is judged before it has loss_min_segments: at 5% loss
 // that is ~200 segments, and a healthy rail (under 0.02%) never gets there on few segments.
 constexpr uint32_t kLossEnoughRetrans = 10;
+constexpr uint32_t kLossCompareSegments = 100;  // another rail's current window says something from this many
 constexpr int64_t kLossWindowMaxNs = 30000000000LL;  // a window this old without enough segments starts again
 }  // namespace
 
 void Transport::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   if (opt_.loss_hold_pct <= 0 || !is_connected(c.state) || c.suspect || c.path_dead) return;
   Conn::LossWindow& w = c.loss;
+  // A stalled peer process stops reading; its kernel then drops what overflows the socket's
+  // memory and the sender retransmits, though the path loses nothing: start afresh after it.
+  if (p.stalled_since_ns) {
+    w.epoch = 0;  // the next sample after the stall starts a new window
+    return;
+  }
   const uint64_t epoch = c.epoch.load();
   if (w.sampled_ns && now - w.sampled_ns < kLossSampleNs && w.epoch == epoch) return;
   w.sampled_ns = now;
@@ -66,14 +73,25 @@ void Transport::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   w.retrans0 = pi.total_retrans;
   w.segs0 = pi.data_segs_out;
   w.samples_with_retrans = 0;
-  // The best other rail to this peer judged lately (none: compare with a clean path).
+  // The best other rail to this peer over the same time: its current window where it carried
+  // enough segments (a receiver that could not keep up, e.g. a stalled or starved peer process,
+  // makes every rail that carries data to it retransmit), else its last judgement if recent
+  // (none: compare with a clean path).
   double best_other = 100;
   bool any_other = false;
-  for (auto& o : p.conns)
-    if (o.get() != &c && is_connected(o->state) && o->loss.judged_ns && now - o->loss.judged_ns < kLossWindowMaxNs) {
-      best_other = std::min(best_other, o->loss.pct);
+  for (auto& o : p.conns) {
+    if (o.get() == &c || !is_connected(o->state)) continue;
+    const Conn::LossWindow& ow = o->loss;
+    const PathInfo opi = ow.epoch == o->epoch.load() ? path_info(o->fd) : PathInfo{};
+    const uint32_t osegs = opi.ok ? opi.data_segs_out - ow.segs0 : 0;
+    if (opi.ok && opi.data_segs_out >= ow.segs0 && opi.total_retrans >= ow.retrans0 && osegs >= kLossCompareSegments) {
+      best_other = std::min(best_other, 100.0 * (opi.total_retrans - ow.retrans0) / osegs);
+      any_other = true;
+    } else if (ow.judged_ns && now - ow.judged_ns < kLossWindowMaxNs) {
+      best_other = std::min(best_other, ow.pct);
       any_other = true;
     }
+  }
   if (!any_other) best_other = 0;
   Conn::Dampening& d = c.damp;
   if (pct - best_other < opt_.loss_hold_pct || spread < kLossSpread) return;

@@ -104,7 +104,10 @@ def test_a_rate_list_sweeps_and_tabulates(tmp_path):
     assert "tcp-floor busbw" in rows[1] and "r2cc/tcp-floor" in rows[1], rows
 
 
-def test_a_spin_list_reaches_the_ranks_and_tabulates(tmp_path):
+def test_a_spin_list_reaches_the_ranks_and_tabulates(tmp_path, monkeypatch):
+    # Spin whatever the host's load: under the test suite the CPU pressure gate would keep the
+    # ranks from spinning, and this test is about --spin-us reaching them.
+    monkeypatch.setenv("R2CC_SPIN_MAX_CPU_PRESSURE", "1")
     out, proc = bench(tmp_path, "--hosts", "2", "--rails", "2", "--sizes", "4K", "--backend", "r2cc",
                       "--iters", "50", "--warmup", "1", "--spin-us", "0,200", timeout=120)
     reps = out["sweep"]
