@@ -11,6 +11,7 @@ import datetime
 import multiprocessing as mp
 import random
 import socket
+import threading
 import traceback
 
 
@@ -83,3 +84,25 @@ def run_ranks(fn, world: int, *args, timeout: float = 120.0):
     if errors:
         raise AssertionError("rank errors:\n" + "\n".join(f"rank {r}: {e}" for r, e in sorted(errors.items())))
     return [results[r] for r in range(world)]
+
+
+def run_in_threads(fn, world: int = 2, timeout: float = 60.0) -> list:
+    """fn(rank) in one thread of this process per rank; the results by rank. The first rank's
+    error is raised here, not lost in its thread; a rank still running after `timeout` fails."""
+    out, errors = [None] * world, []
+
+    def run(rank):
+        try:
+            out[rank] = fn(rank)
+        except Exception as exc:  # noqa: BLE001 - raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), f"a rank did not finish within {timeout} s"
+    if errors:
+        raise errors[0]
+    return out

@@ -44,6 +44,20 @@ def _warmed_up_inputs(comm, rank, world, n):
     return inputs, want
 
 
+def _reduce_until(comm, world, inp, want, done) -> tuple[bool, int, float]:
+    """all_reduces of inp, each checked bit for bit against want, until every rank's
+    done(calls, seconds) held before the same call: a flag all_reduce after each call carries the
+    ranks' verdicts, so every rank runs the same number of calls. (exact, calls, seconds)."""
+    t0, calls, exact = time.monotonic(), 0, True
+    while True:
+        flag = torch.tensor([float(done(calls, time.monotonic() - t0))])
+        exact &= bits_equal(comm.all_reduce(inp.clone()), want)
+        comm.all_reduce(flag)
+        calls += 1
+        if flag[0] >= world:
+            return exact, calls, time.monotonic() - t0
+
+
 def _in_process_fault(lab, host, rail, kind):
     """apply() for a link-down or blackhole of host's end of rail, done in this process (an
     `ip`/`nft` process start can take longer than the whole collective on a busy box), and close()."""
@@ -134,8 +148,10 @@ def flap_during_many(rank, world, store, count, period_ms, flaps):
         comm.close()
 
 
-def degrade_shifts_load(rank, world, store, rate):
-    """Rail 1 cut to `rate`: results stay exact and the slow rail carries a small share."""
+def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
+    """Rail 1 cut to `rate`: results stay exact and the slow rail carries a small share. With
+    min_s the calls go on that long, so loss detection judges a few windows of the cut rail (a rate
+    cut overflows its queue once, a burst of retransmissions: not a lossy rail)."""
     lab, comm = lab_comm(rank, world, store)
     try:
         inputs, want = _warmed_up_inputs(comm, rank, world, 4 << 20)
@@ -144,15 +160,18 @@ def degrade_shifts_load(rank, world, store, rate):
             lab.fault(0, 1, "degrade", rate)
         store_barrier(store, "degraded", rank, world)
         before = _totals(comm)["sent_by_rail"]
-        exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(4))
+        exact, _, _ = _reduce_until(comm, world, inputs[rank], want, lambda calls, s: calls >= 3 and s >= min_s)
         after = _totals(comm)["sent_by_rail"]
         share = [a - b for a, b in zip(after, before)]
-        bw = {s["rail"]: s["bandwidth_Bps"] for s in comm.rail_stats()}
+        stats = comm.rail_stats()
+        bw = {s["rail"]: s["bandwidth_Bps"] for s in stats}
+        rail1 = next(s for s in stats if s["rail"] == 1)
         chunk = comm.peer_stats()[0]["chunk_bytes"]
         store_barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")
-        return {"exact": exact, "share": share, "bw": bw, "chunk": chunk}
+        return {"exact": exact, "share": share, "bw": bw, "chunk": chunk,
+                "loss_holds": rail1["loss_holds"], "state": rail1["state"], "retrans_pct": rail1["retrans_pct"]}
     finally:
         store_barrier(store, "end", rank, world)
         comm.close()
@@ -306,17 +325,8 @@ def lossy_rail_is_held(rank, world, store, loss_pct, hold_s):
         def rail1():
             return next(s for s in comm.rail_stats() if s["rail"] == 1)
 
-        # Every rank runs the same number of calls: the sum of a flag says when a rank's rail 1 is held.
-        t0, calls = time.monotonic(), 0
-        while True:
-            flag = torch.zeros(1)
-            flag[0] = float(rail1()["state"] == "held" or time.monotonic() - t0 > 30)
-            out["exact"] &= bits_equal(comm.all_reduce(inputs[rank].clone()), want)
-            comm.all_reduce(flag)
-            calls += 1
-            if flag[0] >= world:
-                break
-        out["held_after_s"], out["calls_to_hold"] = time.monotonic() - t0, calls
+        out["exact"], out["calls_to_hold"], out["held_after_s"] = _reduce_until(
+            comm, world, inputs[rank], want, lambda calls, s: rail1()["state"] == "held" or s > 30)
         s = rail1()
         out["held"] = {k: s[k] for k in ("state", "hold_reason", "loss_holds", "retrans_pct")}
         sent0 = s["bytes_sent"]
@@ -338,25 +348,6 @@ def lossy_rail_is_held(rank, world, store, loss_pct, hold_s):
         out["exact"] &= bits_equal(comm.all_reduce(inputs[rank].clone()), want)
         out["sent_after"] = rail1()["bytes_sent"] - sent1
         return out
-    finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
-
-
-def degrade_is_not_loss(rank, world, store, rate):
-    """A rate cut overflows rail 1's queue once (a burst of retransmissions): not a lossy rail."""
-    lab, comm = lab_comm(rank, world, store)
-    try:
-        inputs, want = _warmed_up_inputs(comm, rank, world, 4 << 20)
-        store_barrier(store, "go", rank, world)
-        if rank == 0:
-            lab.fault(0, 1, "degrade", rate)
-        exact = all(bits_equal(comm.all_reduce(inputs[rank].clone()), want) for _ in range(12))
-        s = next(s for s in comm.rail_stats() if s["rail"] == 1)
-        store_barrier(store, "measured", rank, world)
-        if rank == 0:
-            lab.fault(0, 1, "clear")
-        return {"exact": exact, "loss_holds": s["loss_holds"], "state": s["state"], "retrans_pct": s["retrans_pct"]}
     finally:
         store_barrier(store, "end", rank, world)
         comm.close()

@@ -3,11 +3,11 @@ dicts the Communicator returns cannot drift apart (loopback only, no root)."""
 
 import ast
 import pathlib
-import threading
 
 import pytest
 
 from r2cc_serve import _C
+from tests.comm.harness import run_in_threads
 
 STATS_CLASSES = ["ConnStats", "PeerStats", "Counters"]
 
@@ -33,26 +33,14 @@ def pair():
 
     from r2cc_serve import Communicator
 
-    store, comms, errors = HashStore(), {}, []
+    store, comms = HashStore(), {}
 
     def open_rank(rank):
-        try:
-            comms[rank] = Communicator(rank, 2, store, rails=["127.0.0.1", "127.0.0.2"], group="stats-fields")
-        except Exception as exc:  # reported below, not lost in the thread
-            errors.append(exc)
+        comms[rank] = Communicator(rank, 2, store, rails=["127.0.0.1", "127.0.0.2"], group="stats-fields")
 
-    threads = [threading.Thread(target=open_rank, args=(r,)) for r in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
     try:
-        assert not errors and len(comms) == 2, errors
-        work = [threading.Thread(target=comms[r].all_reduce, args=(torch.ones(1 << 16),)) for r in (0, 1)]
-        for t in work:
-            t.start()
-        for t in work:
-            t.join(timeout=60)
+        run_in_threads(open_rank)
+        run_in_threads(lambda r: comms[r].all_reduce(torch.ones(1 << 16)))
         yield comms[0]
     finally:
         for c in comms.values():

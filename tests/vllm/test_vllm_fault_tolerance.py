@@ -17,6 +17,7 @@ import torch
 
 from r2cc_serve.errors import RailsDownError
 from r2cc_serve.vllm import fault_tolerance as ft
+from tests.comm.harness import run_in_threads
 from tests.conftest import why_missing
 
 STATS = [
@@ -185,42 +186,22 @@ def _store_per_thread(monkeypatch):
     return master, group_store
 
 
-def _both(fn):
-    out, errs = [None, None], []
-
-    def run(r):
-        try:
-            out[r] = fn(r)
-        except Exception as exc:  # noqa: BLE001 - collected and re-raised below
-            errs.append(exc)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a rank did not finish within 60 s"
-    if errs:
-        raise errs[0]
-    return out
-
-
 @needs_vllm
 def test_a_group_that_gave_up_is_re_formed_under_the_same_name(monkeypatch):
     monkeypatch.setenv("R2CC_CONTROL", "0")
     _master, group_store = _store_per_thread(monkeypatch)
-    comms = _both(lambda r: _half(r, group_store("r2cc/tp:0/")))
+    comms = run_in_threads(lambda r: _half(r, group_store("r2cc/tp:0/")))
     x = [torch.arange(8, dtype=torch.float32) * (r + 1) for r in (0, 1)]
-    assert all(torch.equal(y, x[0] + x[1]) for y in _both(lambda r: comms[r].all_reduce(x[r])))
+    assert all(torch.equal(y, x[0] + x[1]) for y in run_in_threads(lambda r: comms[r].all_reduce(x[r])))
 
     for c in comms:  # as when every rail to the peer stayed down: each call now raises, explained
         c.comm.abort("r2cc: every rail between two ranks stayed down (test)")
     with pytest.raises(Exception, match="r2cc"):
         comms[0].all_reduce(x[0])
 
-    _both(lambda r: comms[r].recover_from_fault("retry-1", 10.0))
-    assert all(torch.equal(y, x[0] + x[1]) for y in _both(lambda r: comms[r].all_reduce(x[r])))
-    _both(lambda r: comms[r].destroy())
+    run_in_threads(lambda r: comms[r].recover_from_fault("retry-1", 10.0))
+    assert all(torch.equal(y, x[0] + x[1]) for y in run_in_threads(lambda r: comms[r].all_reduce(x[r])))
+    run_in_threads(lambda r: comms[r].destroy())
 
 
 @needs_vllm
@@ -229,7 +210,7 @@ def test_a_retry_the_peer_does_not_join_fails_within_its_bound(monkeypatch):
 
     monkeypatch.setenv("R2CC_CONTROL", "0")
     _master, group_store = _store_per_thread(monkeypatch)
-    comms = _both(lambda r: _half(r, group_store("r2cc/tp:0/")))
+    comms = run_in_threads(lambda r: _half(r, group_store("r2cc/tp:0/")))
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="did not arrive for retry lonely within 1 s"):
         comms[0].recover_from_fault("lonely", 1.0)
@@ -237,6 +218,6 @@ def test_a_retry_the_peer_does_not_join_fails_within_its_bound(monkeypatch):
     with pytest.raises(Exception):  # the group stays closed: no call goes through a half-formed group
         comms[0].all_reduce(torch.ones(4))
     # Both ranks at the next retry: the group is back.
-    _both(lambda r: comms[r].recover_from_fault("retry-2", 10.0))
-    assert all(torch.equal(y, torch.full((4,), 2.0)) for y in _both(lambda r: comms[r].all_reduce(torch.ones(4))))
-    _both(lambda r: comms[r].destroy())
+    run_in_threads(lambda r: comms[r].recover_from_fault("retry-2", 10.0))
+    assert all(torch.equal(y, torch.full((4,), 2.0)) for y in run_in_threads(lambda r: comms[r].all_reduce(torch.ones(4))))
+    run_in_threads(lambda r: comms[r].destroy())
