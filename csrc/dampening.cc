@@ -45,16 +45,20 @@ void Transport::note_rail_failure_locked(Conn& c, const std::string& reason, int
   d.penalty = before + 1;
   d.penalty_ns = now;
   c.st.flap_failures++;
-  if (d.holding(now)) {  // still flapping: the quiet time it must show starts again
-    d.hold_until_ns = now + hold_ns_locked(d.level);
-    return;
-  }
+  if (extend_hold_locked(c, now)) return;  // still flapping
   if (d.penalty < opt_.flap_threshold) return;
   char head[160];
   snprintf(head, sizeof(head), "flapping: %llu failures, penalty %.1f >= %.1f (halves every %.0f s); last: ",
            static_cast<unsigned long long>(c.st.flap_failures), d.penalty, opt_.flap_threshold,
            opt_.flap_half_life_s);
   start_hold_locked(c, now, head + reason);
+}
+
+bool Transport::extend_hold_locked(Conn& c, int64_t now) {
+  // Failing (or losing packets) again while held: the quiet time it must show starts again.
+  if (!c.damp.holding(now)) return false;
+  c.damp.hold_until_ns = now + hold_ns_locked(c.damp.level);
+  return true;
 }
 
 int64_t Transport::hold_ns_locked(int level) const {

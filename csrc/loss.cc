@@ -95,10 +95,7 @@ void Transport::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   if (!any_other) best_other = 0;
   Conn::Dampening& d = c.damp;
   if (pct - best_other < opt_.loss_hold_pct || spread < kLossSpread) return;
-  if (d.holding(now)) {  // still lossy while held: the quiet time it must show starts again
-    d.hold_until_ns = now + hold_ns_locked(d.level);
-    return;
-  }
+  if (extend_hold_locked(c, now)) return;  // still lossy while held
   // A rail lossy again long after its last hold starts from the shortest hold.
   if (!d.hold_ended_ns || now - d.hold_ended_ns > int64_t(opt_.hold_max_s * 1e9)) d.level = 0;
   char why[200];

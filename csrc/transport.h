@@ -251,6 +251,7 @@ class Transport {
   // its heartbeats, but given no new chunks, until the hold ends (watchdog) or restore_rail.
   void note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now);
   void start_hold_locked(Conn& c, int64_t now, const std::string& reason);
+  bool extend_hold_locked(Conn& c, int64_t now);  // held: restart its quiet time, true; else false
   void end_hold_locked(Conn& c, const char* why);
   void check_holds_locked(Peer& p, int64_t now);  // watchdog: ends holds whose time is up
   void on_peer_hold_locked(Conn& c, bool held, bool restored);  // the peer's kHold / kRelease frame
