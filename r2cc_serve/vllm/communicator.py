@@ -90,11 +90,9 @@ class R2CCCommunicator(_Base):
         of the same name. The ranks meet under r2cc/<group>/ft/<tag>/ (tag: the retry's request id,
         equal on every rank), so nothing of an earlier attempt is read. Raises, leaving the group
         closed, if the other ranks do not arrive within timeout_s or no rail to a peer connects."""
-        old, self.comm = self.comm, None
         registry.unregister(self.unique_name)
         with contextlib.suppress(Exception):
-            old.close()
-        self.comm = old  # until a new group is up: calls raise the closed group's error
+            self.comm.close()  # kept until a new group is up: calls raise the closed group's error
         store = compat.group_store(f"r2cc/{self.unique_name}/ft/{tag}/")
         store.set(f"arrive/{self.rank_in_group}", b"1")
         try:
