@@ -59,3 +59,9 @@ class CommunicatorClosedError(GroupAbortedError):
 
 class LastRailError(R2CCError):
     """An operator action would take away the last healthy rail to a peer; nothing was changed."""
+
+
+class PeerGaveUpError(R2CCError):
+    """Another rank could not join the group it was forming (its own error is in the message)."""
+
+    kind = "peer_gave_up"

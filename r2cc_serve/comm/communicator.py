@@ -1,14 +1,14 @@
 """`Communicator`: torch CPU tensors in and out, the C++ transport underneath.
 
 Set-up goes through a torch.distributed Store (normally on the management
-network): rank 0 publishes a fresh group secret, every rank publishes the port it
-listens on for each rail, then every pair of ranks connects once per rail.
+network, see rendezvous.py): rank 0 publishes a fresh group secret, every rank publishes the
+port it listens on for each rail, then every pair of ranks connects once per rail. A rank
+that fails to form the group says so there, and the others raise PeerGaveUpError at once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
@@ -18,8 +18,9 @@ import torch
 
 from r2cc_serve import envs
 from r2cc_serve.comm.errors import translate_errors
-from r2cc_serve.errors import UserError
+from r2cc_serve.errors import PeerGaveUpError, UserError
 from r2cc_serve.comm.rail_names import resolve_rails
+from r2cc_serve.comm.rendezvous import Rendezvous
 
 try:
     from r2cc_serve import _C
@@ -113,6 +114,22 @@ class Communicator:
         self.netns = netns
         self.num_fallback = len(fallback_rails or [])
         self.rail_names = list(rails) + list(fallback_rails or [])
+        meet = Rendezvous(store, group, rank, world_size)
+        try:
+            self._form(meet, fallback_rails, options)
+        except PeerGaveUpError:
+            raise
+        except BaseException as exc:
+            meet.give_up(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            raise
+        self.monitor = self.agent = None
+        self.control = control
+        if envs.get("R2CC_CONTROL"):
+            self.start_control()
+
+    def _form(self, meet: Rendezvous, fallback_rails, options: dict) -> None:
+        """Meet the other ranks through the store and connect every rail to each."""
+        rank, world_size, group, netns = self.rank, self.world_size, self.group, self.netns
         self.rail_ips = resolve_rails(self.rail_names, netns)
         self._lock = threading.Lock()
         self._durations = DurationHistogram()
@@ -125,31 +142,20 @@ class Communicator:
         self._rail_Bps = envs.get("R2CC_RAIL_BPS")
         self._schedules = {}  # (schedule, table, allow_partial_sums) -> GroupSchedule
         self.set_schedule(envs.get("R2CC_SCHEDULE"), envs.get("R2CC_BANDWIDTH_TABLE"))
-        prefix = f"r2cc/{group}/"
-        if rank == 0:
-            store.set(prefix + "secret", os.urandom(32).hex())
-        secret = bytes.fromhex(_as_str(store.get(prefix + "secret")))
+        secret = meet.secret()
         group_hash = int.from_bytes(hashlib.sha256(group.encode()).digest()[:8], "little")
         netns_path = f"/var/run/netns/{netns}" if netns else ""
         with translate_errors():
             self._t = _C.Transport(rank, world_size, self.rail_ips, netns_path, secret, group_hash,
                                    transport_options(fallback_rails=self.num_fallback, **options))
-        ports = self._t.listen_ports()
-        store.set(prefix + f"addr/{rank}", json.dumps([[ip, port] for ip, port in zip(self.rail_ips, ports)]))
-        addrs = []
-        for peer in range(world_size):
-            entry = json.loads(_as_str(store.get(prefix + f"addr/{peer}")))
-            if len(entry) != len(self.rail_ips):
-                self._t.close()
-                raise UserError(f"rank {peer} has {len(entry)} rails but rank {rank} has {len(self.rail_ips)}; "
-                                "give every rank the same number of rails")
-            addrs.append([(ip, int(port)) for ip, port in entry])
-        with translate_errors():
-            self._t.connect_all(addrs)
-        self.monitor = self.agent = None
-        self.control = control
-        if envs.get("R2CC_CONTROL"):
-            self.start_control()
+        try:
+            meet.publish(list(zip(self.rail_ips, self._t.listen_ports())))
+            addrs = meet.peers(len(self.rail_ips))
+            with translate_errors():
+                self._t.connect_all(addrs)
+        except BaseException:
+            self._t.close()
+            raise
 
     def start_control(self) -> None:
         """Starts (or restarts) this rank's rail monitor (events, status file) and control agent."""
@@ -417,10 +423,6 @@ class Communicator:
         if not 0 <= rail < self.num_rails:
             raise UserError(f"no rail {rail}: this group has rails 0..{self.num_rails - 1}")
         return rail
-
-
-def _as_str(v) -> str:
-    return v.decode() if isinstance(v, (bytes, bytearray)) else str(v)
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import logging
 
 import torch
@@ -100,17 +99,9 @@ class R2CCCommunicator(_Base):
         except Exception as exc:  # noqa: BLE001 - torch raises DistStoreError/RuntimeError by version
             raise TimeoutError(f"r2cc: the other ranks of {self.unique_name} did not arrive for retry {tag} "
                                f"within {timeout_s:g} s ({type(exc).__name__})") from None
-        try:
-            self.comm = self._build(store, connect_timeout_s=float(timeout_s))
-        except Exception as exc:
-            # Let the peers stop waiting for our address now rather than at the store's timeout.
-            inner = f"r2cc/{self.unique_name}/"
-            with contextlib.suppress(Exception):
-                if self.rank_in_group == 0 and not store.check([inner + "secret"]):
-                    store.set(inner + "secret", b"00" * 32)
-                if not store.check([inner + f"addr/{self.rank_in_group}"]):
-                    store.set(inner + f"addr/{self.rank_in_group}", json.dumps([]))
-            raise exc
+        # A rank that fails here tells the others (the Communicator gives up under its keys), so
+        # they fail at once too rather than at the store's timeout.
+        self.comm = self._build(store, connect_timeout_s=float(timeout_s))
 
     def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
         with self._explained():
