@@ -64,6 +64,7 @@ class R2CCCollector:
         yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold, retrans, loss_holds)
         yield from self._hosts(snap)
         yield from self._peers(snap)
+        yield from self._spins(snap)
         yield self._durations(snap)
         yield self._plans(snap)
         token = GaugeMetricFamily("r2cc_admin_token_configured", "1 if drain/failover through this admin API "
@@ -143,6 +144,34 @@ class R2CCCollector:
                 if "chunk_bytes" in p:  # agents of older builds do not report it
                     chunk.add_metric(lv, p["chunk_bytes"])
         return stalled, seconds, stalls, chunk
+
+    @staticmethod
+    def _spins(snap):
+        """How each rank's waits went (R2CC_SPIN_US): spun and got the bytes, spun for nothing,
+        or slept at once because the host's CPU was wanted; and the CPU pressure that gate saw.
+        Summed over the rank's groups: they share its threads and its host."""
+        waits = CounterMetricFamily("r2cc_spin_waits", "waits for a collective's bytes by how they went: hit (spun "
+                                    "and got them), miss (spun for nothing, then slept), skip (slept at once: the "
+                                    "host's CPU was under pressure)", labels=["host", "rank", "outcome"])
+        pressure = GaugeMetricFamily("r2cc_host_cpu_pressure", "share of the last ~second some thread on the host "
+                                     "waited for a core, as r2cc's spin gate sees it (sampled only while "
+                                     "R2CC_SPIN_US > 0)", labels=["host"])
+        per_rank: dict[tuple[str, str], list[int]] = {}
+        per_host: dict[str, float] = {}
+        for (_, rank), st in sorted(snap.states.items()):
+            c = st.get("counters")
+            if not c or "spin_skips" not in c:  # agents of older builds do not report them
+                continue
+            counts = per_rank.setdefault((st["host"], str(rank)), [0, 0, 0])
+            for i, key in enumerate(("spin_hits", "spin_misses", "spin_skips")):
+                counts[i] += int(c[key])
+            per_host[st["host"]] = max(per_host.get(st["host"], 0.0), float(c.get("cpu_pressure", 0.0)))
+        for (host, rank), counts in per_rank.items():
+            for outcome, n in zip(("hit", "miss", "skip"), counts):
+                waits.add_metric([host, rank, outcome], n)
+        for host, value in sorted(per_host.items()):
+            pressure.add_metric([host], value)
+        return waits, pressure
 
     @staticmethod
     def _durations(snap):

@@ -165,6 +165,11 @@ def test_admin_rails_actions_errors_metrics(admin):
                  "r2cc_admin_token_configured 1.0"):
         assert line in text, (line, '|'.join(x for x in text.splitlines() if x.startswith(('r2cc_host', 'r2cc_rail_fallback', 'r2cc_admin'))))
     assert 'r2cc_plan_schedule{group=' in text
+    # how each rank's waits went (R2CC_SPIN_US is on by default): every one spun or was skipped
+    for host in ("rank0", "rank1"):
+        waits = [float(l.split()[-1]) for l in text.splitlines() if l.startswith(f'r2cc_spin_waits_total{{host="{host}"')]
+        assert len(waits) == 3 and sum(waits) > 0, [l for l in text.splitlines() if l.startswith("r2cc_spin")]
+    assert 'r2cc_host_cpu_pressure{host="rank0"}' in text
 
     # `r2cc rails`: the same view in the terminal, as a client of this server
     table = _r2cc("rails", "--url", base)

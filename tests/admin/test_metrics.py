@@ -14,8 +14,8 @@ def _rail(host, rail, state, fallback=False):
             "bytes_sent": 10, "bytes_received": 10, "chunks_resent": 0, "failovers": 0, "detection_s": 0.0}
 
 
-def _text(rails, mutations_enabled=True) -> str:
-    snap = SimpleNamespace(rails=rails, states={}, health={"status": "degraded", "reasons": []},
+def _text(rails, mutations_enabled=True, states=None) -> str:
+    snap = SimpleNamespace(rails=rails, states=states or {}, health={"status": "degraded", "reasons": []},
                            plans=lambda: [{"group": "tp:0", "schedule": "auto"}])
     reg = CollectorRegistry()
     reg.register(R2CCCollector(SimpleNamespace(snap=snap), mutations_enabled=mutations_enabled))
@@ -80,3 +80,19 @@ def test_a_lossy_rail_is_shown_held_for_loss():
                  'r2cc_rail_retransmit_percent{host="node0",rail="2"} 4.8',
                  'r2cc_rail_loss_holds_total{host="node0",rail="2"} 1.0'):
         assert want in text, want
+
+
+def test_spin_waits_are_summed_per_rank_and_pressure_is_per_host():
+    def state(host, hits, misses, skips, pressure):
+        return {"host": host, "counters": {"spin_hits": hits, "spin_misses": misses, "spin_skips": skips,
+                                           "cpu_pressure": pressure}}
+
+    states = {("tp:0", 0): state("node0", 90, 10, 5, 0.02), ("world", 0): state("node0", 1, 0, 0, 0.04),
+              ("tp:0", 1): state("node1", 0, 0, 700, 0.6), ("old", 2): {"host": "node2", "counters": {}}}
+    text = _text([_rail("node0", 0, "up")], states=states)
+    for want in ('r2cc_spin_waits_total{host="node0",outcome="hit",rank="0"} 91.0',
+                 'r2cc_spin_waits_total{host="node0",outcome="miss",rank="0"} 10.0',
+                 'r2cc_spin_waits_total{host="node1",outcome="skip",rank="1"} 700.0',
+                 'r2cc_host_cpu_pressure{host="node0"} 0.04', 'r2cc_host_cpu_pressure{host="node1"} 0.6'):
+        assert want in text, (want, [l for l in text.splitlines() if "spin" in l or "pressure" in l])
+    assert 'host="node2"' not in text  # an agent of an older build: no made-up zeros
