@@ -110,6 +110,19 @@ def test_status_events_become_transitions():
     assert evidence.rail_totals(status)[1]["failovers"] == 1
 
 
+def test_spin_totals_sum_the_workers_and_keep_the_highest_pressure():
+    def doc(hits, misses, skips, pressure):
+        return {"counters": {"spin_hits": hits, "spin_misses": misses, "spin_skips": skips, "cpu_pressure": pressure}}
+
+    status = {"a.json": doc(5, 1, 100, 0.4), "b.json": doc(2, 0, 50, 0.7), "old.json": {"counters": {}}}
+    assert evidence.spin_totals(status) == {"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure": 0.7}
+    assert evidence.spin_totals({"old.json": {"rails": []}}) == {}
+    from r2cc_serve.testbed.serving.serve_bench import _spin_text
+
+    text = _spin_text({"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure_last": 0.7})
+    assert "spun 8 (7 got their bytes), slept at once 150 (CPU pressure 0.70)" in text, text
+
+
 def test_prefill_bench_reads_the_planned_schedule_and_renders():
     from r2cc_serve.testbed.serving import serve_prefill as bench_prefill
 

@@ -91,10 +91,11 @@ class R2ccBackend:
     def failovers(self) -> int:
         return int(self.comm.counters()["failovers"])
 
-    def spins(self) -> tuple[int, int]:
-        """(hits, misses) so far: waits that spun and got their bytes, or spun for nothing."""
+    def spins(self) -> tuple[int, int, int]:
+        """(hits, misses, skips) so far: waits that spun and got their bytes, spun for nothing,
+        or slept at once because the host's CPU was under pressure."""
         c = self.comm.counters()
-        return int(c["spin_hits"]), int(c["spin_misses"])
+        return int(c["spin_hits"]), int(c["spin_misses"]), int(c["spin_skips"])
 
     def chunks(self) -> tuple[int, int]:
         """(bytes, chunks) sent so far on every rail: how large the transport cut its messages."""
@@ -131,8 +132,8 @@ class _PeerBackend:
     def failovers(self) -> int:
         return 0
 
-    def spins(self) -> tuple[int, int]:
-        return 0, 0
+    def spins(self) -> tuple[int, int, int]:
+        return 0, 0, 0
 
     def chunks(self) -> tuple[int, int]:
         return 0, 0

@@ -63,6 +63,7 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                failovers=int(sum(e.get("failovers", 0) for e in entries)),
                spin_hits=int(sum(e.get("spin_hits", 0) for e in entries)),
                spin_misses=int(sum(e.get("spin_misses", 0) for e in entries)),
+               spin_skips=int(sum(e.get("spin_skips", 0) for e in entries)),
                mean_chunk_bytes=mean_chunk_bytes(entries),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
     if schedule and entries[0].get("plan"):
@@ -295,7 +296,7 @@ def spin_table(reports: list[dict]) -> str:
     first = reports[0]
     backends = list(dict.fromkeys(r["backend"] for rep in reports for r in rep["results"]))
     others = [b for b in backends if b != "r2cc"]
-    head = (f"{'spin_us':>7} {'bytes':>6} {'r2cc p50 ms':>11} {'CPU s/GB':>8} {'spins hit/miss':>15}"
+    head = (f"{'spin_us':>7} {'bytes':>6} {'r2cc p50 ms':>11} {'CPU s/GB':>8} {'spins hit/miss/skip':>19}"
             + "".join(f" {b + ' p50 ms':>11} {b + '/r2cc':>9}" for b in others))
     lines = [f"r2cc against spinning (R2CC_SPIN_US): {first['op']}, {first['hosts']} hosts x {first['rails']} rails, "
              f"rate {first['rate'] or 'unshaped'}", head]
@@ -303,9 +304,10 @@ def spin_table(reports: list[dict]) -> str:
         for size in dict.fromkeys(r["bytes"] for r in rep["results"]):
             rows = {r["backend"]: r for r in rep["results"] if r["bytes"] == size and not r.get("schedule")}
             mine = rows.get("r2cc") or {}
-            spins = f"{mine.get('spin_hits', 0)}/{mine.get('spin_misses', 0)}" if mine else "-"
+            spins = (f"{mine.get('spin_hits', 0)}/{mine.get('spin_misses', 0)}/{mine.get('spin_skips', 0)}"
+                     if mine else "-")
             text = (f"{rep.get('spin_us', '-'):>7} {format_size(size):>6} {_ms(mine.get('p50_s')):>11} "
-                    f"{_num(mine.get('cpu_s_per_GB'), '.3g'):>8} {spins:>15}")
+                    f"{_num(mine.get('cpu_s_per_GB'), '.3g'):>8} {spins:>19}")
             for b in others:
                 theirs = (rows.get(b) or {}).get("p50_s")
                 ratio = f"{theirs / mine['p50_s']:.2f}x" if theirs and mine.get("p50_s") else "-"

@@ -244,7 +244,7 @@ class Worker:
                 # r2cc: re-sends or failovers in a fault-free run mean a rail was wrongly declared dead.
                 entry.update(resent_bytes=a["resent"], failovers=a["failovers"])
                 # R2CC_SPIN_US: how the timed iterations' spins ended (all schedules together)
-                entry.update(spin_hits=spins[0], spin_misses=spins[1])
+                entry.update(spin_hits=spins[0], spin_misses=spins[1], spin_skips=spins[2])
                 entry.update(chunk_bytes_sent=chunks[0], chunks_sent=chunks[1])  # r2cc's chunk size
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()

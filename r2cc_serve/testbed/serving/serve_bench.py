@@ -92,11 +92,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _rail_health(before: dict, dep) -> dict:
     """r2cc only: rails failed over and bytes sent on fallback rails during a round (both 0
     without a fault: a busy CPU must not look like a broken network)."""
-    delta = evidence.diff_totals(before, evidence.rail_totals(evidence.read_status(dep.status_dir)))
+    status = evidence.read_status(dep.status_dir)
+    delta = evidence.diff_totals(before["rails"], evidence.rail_totals(status))
     if not delta:
         return {}
-    return {"rail_failovers": sum(t["failovers"] for t in delta.values()),
-            "fallback_bytes": sum(t["bytes_sent"] for t in delta.values() if t["fallback"])}
+    out = {"rail_failovers": sum(t["failovers"] for t in delta.values()),
+           "fallback_bytes": sum(t["bytes_sent"] for t in delta.values() if t["fallback"])}
+    spins = evidence.spin_totals(status)
+    if spins:
+        # Whether waits spun during the round or the CPU-pressure gate kept them asleep.
+        out["spins"] = {k: spins[k] - before["spins"].get(k, 0) for k in evidence.SPIN_KEYS}
+        out["spins"]["cpu_pressure_last"] = round(spins["cpu_pressure"], 3)
+    return out
 
 
 def run(args) -> int:
@@ -139,7 +146,7 @@ def run(args) -> int:
                              f"{millis(s['tpot_p50_s'])} p99 {millis(s['tpot_p99_s'])}, ITL p99 {millis(s['itl_p99_s'])} "
                              f"max {millis(s['itl_max_s'])}, {s['failed']} failed (load {s['loadavg_before']})"
                              + (f"; rail failovers {s['rail_failovers']}, fallback bytes {s['fallback_bytes']}"
-                                if backend == "r2cc" else ""))
+                                + _spin_text(s.get("spins")) if backend == "r2cc" else ""))
                     if ref is None:
                         ref = runs[backend][0]
                     if backend == "r2cc" and fault is not None and cycle == args.cycles:
@@ -159,7 +166,8 @@ def _round(dep, lab, spec: LoadSpec, backend: str):
     interface and (r2cc) rail health."""
     load_before = _loadavg()
     tx_before = _tx_bytes(lab)
-    rails_before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    status = evidence.read_status(dep.status_dir)
+    health_before = {"rails": evidence.rail_totals(status), "spins": evidence.spin_totals(status)}
     sids = [p.sid for p in dep.procs]
     cpu_before = sessions_cpu_s(sids)
     r = run_load(dep.url, dep.model, spec)
@@ -170,8 +178,15 @@ def _round(dep, lab, spec: LoadSpec, backend: str):
     # CPU, the transport's share included.
     s.update(loadavg_before=load_before, loadavg_after=_loadavg(), host0_tx_bytes=tx,
              cpu_s=round(cpu_s, 2), cpu_s_per_token=round(cpu_s / max(s["tokens"], 1), 4),
-             **_rail_health(rails_before, dep))
+             **_rail_health(health_before, dep))
     return r, s
+
+
+def _spin_text(spins: dict | None) -> str:
+    if not spins:
+        return ""
+    return (f"; waits spun {spins['spin_hits'] + spins['spin_misses']} ({spins['spin_hits']} got their bytes), "
+            f"slept at once {spins['spin_skips']} (CPU pressure {spins['cpu_pressure_last']:.2f})")
 
 
 def _summarize(entry: dict, runs: list, ref, first: bool) -> None:

@@ -182,11 +182,11 @@ def test_spin_table_shows_both_sides():
     def rep(spin, p50, hits, misses, theirs):
         return {"op": "all_reduce", "hosts": 2, "rails": 4, "mtu": 1500, "rate": None, "spin_us": spin, "results": [
             {"backend": "r2cc", "bytes": 4096, "p50_s": p50, "cpu_s_per_GB": 24.0, "spin_hits": hits,
-             "spin_misses": misses},
+             "spin_misses": misses, "spin_skips": 7},
             {"backend": "mpi", "bytes": 4096, "p50_s": theirs}]}
 
     rows = report.spin_table([rep(0, 144e-6, 0, 0, 103e-6), rep(100, 100e-6, 314, 49, 150e-6)]).splitlines()
     assert "2 hosts x 4 rails" in rows[0] and "unshaped" in rows[0] and "mpi/r2cc" in rows[1]
-    assert rows[2].split() == ["0", "4K", "0.144", "24", "0/0", "0.103", "0.72x"]
-    assert rows[3].split() == ["100", "4K", "0.100", "24", "314/49", "0.150", "1.50x"]
+    assert rows[2].split() == ["0", "4K", "0.144", "24", "0/0/7", "0.103", "0.72x"]
+    assert rows[3].split() == ["100", "4K", "0.100", "24", "314/49/7", "0.150", "1.50x"]
 
