@@ -62,6 +62,5 @@ class LastRailError(R2CCError):
 
 
 class PeerGaveUpError(R2CCError):
-    """Another rank could not join the group it was forming (its own error is in the message)."""
-
-    kind = "peer_gave_up"
+    """Another rank could not join the group it was forming (its own error is in the message).
+    Raised while forming the group, before the core runs: no kind."""
