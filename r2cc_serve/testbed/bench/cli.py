@@ -44,6 +44,11 @@ def register(subparsers) -> None:
                         "at all")
     p.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
+    p.add_argument("--warmup-s", type=float, default=0.0, metavar="SECONDS",
+                   help="repeat the warm-up until this much time has passed (default 0: --warmup calls only). "
+                        "Latency studies use 1: r2cc's spin gate reads the host's CPU pressure over about a "
+                        "second, and just after the ranks start it is high, so a launch's first size would "
+                        "otherwise time some waits that sleep")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|"
                         "flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% into a fault-free op's time")
@@ -110,8 +115,8 @@ def options_from_args(args, rate: str | None = None):
     from r2cc_serve.testbed.lab.layout import check_counts
 
     check_counts(args.hosts, args.rails, args.mtu)
-    if args.iters < 1 or args.warmup < 0:
-        raise UserError("--iters must be >= 1 and --warmup >= 0")
+    if args.iters < 1 or args.warmup < 0 or not 0 <= args.warmup_s <= 600:
+        raise UserError("--iters must be >= 1, --warmup >= 0 and --warmup-s between 0 and 600 seconds")
     if args.timeout <= 0 or args.fault_timeout <= 0:
         raise UserError("--timeout and --fault-timeout must be positive")
     if args.followups is not None and args.followups < 0:
@@ -133,7 +138,7 @@ def options_from_args(args, rate: str | None = None):
         hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu,
         op=args.op, sizes=sizes, backends=backends, iters=args.iters,
         schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
-        warmup=args.warmup, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
+        warmup=args.warmup, warmup_s=args.warmup_s, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
         timeout_s=args.timeout, fault_timeout_s=args.fault_timeout, followups=args.followups,
         fault_reps=args.fault_reps, hold_traffic_s=args.hold_traffic,
         keep_lab=args.keep_lab)

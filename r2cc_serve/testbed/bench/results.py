@@ -201,7 +201,8 @@ def table(report: dict) -> str:
     build = report.get("build") or {}
     load = report.get("load_avg") or [float("nan")]
     lines = [f"{report['op']}  hosts={report['hosts']} rails={report['rails']} "
-             f"rate={report['rate'] or 'unshaped'} mtu={report['mtu']} iters={report['iters']}  "
+             f"rate={report['rate'] or 'unshaped'} mtu={report['mtu']} iters={report['iters']}"
+             + (f" warm-up>={report['warmup_s']:g}s" if report.get("warmup_s") else "") + "  "
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
              + ("+dirty csrc" if build.get("csrc_dirty") else "")
              + (f"  r2cc spin_us={report['spin_us']}" if report.get("spin_us") is not None else ""),

@@ -39,6 +39,25 @@ RECOVERY_WAIT_S = 15.0
 SETTLE_S = 1.0  # held faults: rails unchanged this long count as settled
 
 
+def warm_up(runner, calls: int, min_s: float, rank: int, store, key: str) -> int:
+    """`calls` untimed runs, repeated while rank 0 has warmed up for less than min_s; the number
+    of runs. Every rank must make the same calls, so after each batch rank 0 says under
+    key/<batch> whether another follows (each warm-up needs a key of its own)."""
+    start, batch, runs = time.monotonic(), 0, 0
+    while True:
+        for _ in range(calls):
+            runner.reset()
+            runner.run()
+        runs += calls
+        if calls == 0 or min_s <= 0:
+            return runs
+        if rank == 0:
+            store.set(f"{key}/{batch}", "more" if time.monotonic() - start < min_s else "done")
+        if bytes(store.get(f"{key}/{batch}")) == b"done":
+            return runs
+        batch += 1
+
+
 class Watchdog:
     """Bounds one blocking call: on expiry, record `message` in the results and exit.
 
@@ -87,6 +106,7 @@ class Worker:
         self.watchdog = Watchdog(self._expired)
         self.p50 = {}  # size -> this rank's fault-free median, for the fault delay
         self.extra = {}  # excluded rail -> r2cc group without it (baselines)
+        self.warmups = 0  # measure tasks warmed up so far: names their warm-up's store keys
 
     # ---- results -----------------------------------------------------------------------
     def save(self) -> None:
@@ -197,7 +217,8 @@ class Worker:
         schedules = list(entries)
         if schedules != [None]:
             label += f" ({', '.join(schedules)} interleaved)"
-        self.say(f"{label}: {warmup} warm-up + {iters} timed")
+        at_least = f" (repeated for at least {self.cfg['warmup_s']:g} s)" if self.cfg.get("warmup_s") else ""
+        self.say(f"{label}: {warmup} warm-up{at_least} + {iters} timed")
         limit = self.cfg["timeout_s"] * len(schedules)
         self.watchdog.arm(limit, f"{label} did not finish within {limit} s")
         try:
@@ -213,9 +234,7 @@ class Worker:
                 first[k] = data.compare(runner.run(), ref)
                 # auto's first calls of a size are its trials (sched/trials.py): warm up past them,
                 # so the timed calls run what it kept
-                for _ in range(warmup + (envs.get("R2CC_PLAN_TRIAL_CALLS") if k == "auto" else 0)):
-                    runner.reset()
-                    runner.run()
+                self._warm_up(runner, warmup + (envs.get("R2CC_PLAN_TRIAL_CALLS") if k == "auto" else 0))
             acc = {k: {"times": [], "starts": [], "cpu": 0.0, "tx": [0] * len(self.rails), "resent": 0,
                        "failovers": 0} for k in schedules}
             spins0, chunks0 = b.spins(), b.chunks()
@@ -265,6 +284,10 @@ class Worker:
                   file=sys.stderr, flush=True)
         finally:
             self.watchdog.disarm()
+
+    def _warm_up(self, runner, calls: int) -> None:
+        self.warmups += 1
+        warm_up(runner, calls, self.cfg.get("warmup_s", 0.0), self.rank, self.store, f"warm/{self.warmups}")
 
     def fault(self, task, entry) -> bool:
         """The faulted op; False if the group cannot be used afterwards."""

@@ -109,9 +109,10 @@ def test_a_spin_list_reaches_the_ranks_and_tabulates(tmp_path, monkeypatch):
     # ranks from spinning, and this test is about --spin-us reaching them.
     monkeypatch.setenv("R2CC_SPIN_MAX_CPU_PRESSURE", "1")
     out, proc = bench(tmp_path, "--hosts", "2", "--rails", "2", "--sizes", "4K", "--backend", "r2cc",
-                      "--iters", "50", "--warmup", "1", "--spin-us", "0,200", timeout=120)
+                      "--iters", "50", "--warmup", "1", "--warmup-s", "0.3", "--spin-us", "0,200", timeout=120)
     reps = out["sweep"]
     assert [r["spin_us"] for r in reps] == [0, 200]
+    assert all(r["warmup_s"] == 0.3 for r in reps) and "warm-up>=0.3s" in proc.stdout
     quiet, spun = (r["results"][0] for r in reps)
     assert quiet["correct"] and spun["correct"], reps
     assert quiet["spin_hits"] + quiet["spin_misses"] == 0, quiet  # R2CC_SPIN_US=0 reached the ranks

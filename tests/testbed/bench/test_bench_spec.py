@@ -190,3 +190,31 @@ def test_spin_table_shows_both_sides():
     assert rows[2].split() == ["0", "4K", "0.144", "24", "0/0/7", "0.103", "0.72x"]
     assert rows[3].split() == ["100", "4K", "0.100", "24", "314/49/7", "0.150", "1.50x"]
 
+
+
+def test_warm_up_runs_until_rank_0_s_time_is_up_and_every_rank_runs_as_many_calls():
+    import time
+
+    from torch.distributed import HashStore
+
+    from r2cc_serve.testbed.bench.worker import warm_up
+    from tests.comm.harness import run_in_threads
+
+    class Runner:  # a collective's stand-in: 5 ms a call, rank 1 slower than rank 0
+        def __init__(self, rank):
+            self.rank, self.calls = rank, 0
+
+        def reset(self):
+            pass
+
+        def run(self):
+            self.calls += 1
+            time.sleep(0.005 * (1 + self.rank))
+
+    store = HashStore()
+    runners = [Runner(0), Runner(1)]
+    t0 = time.monotonic()
+    runs = run_in_threads(lambda r: warm_up(runners[r], 4, 0.2, r, store, "warm/1"))
+    assert runs[0] == runs[1] == runners[0].calls == runners[1].calls >= 0.2 / 0.005, runs  # one count
+    assert runs[0] % 4 == 0 and time.monotonic() - t0 >= 0.2
+    assert run_in_threads(lambda r: warm_up(Runner(r), 3, 0.0, r, store, "warm/2")) == [3, 3]  # calls only
