@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from r2cc_serve.testbed.bench.data import ROOT
+from r2cc_serve.testbed.bench.spec import WAIT_COUNTS
 
 
 class Runner:
@@ -91,11 +92,12 @@ class R2ccBackend:
     def failovers(self) -> int:
         return int(self.comm.counters()["failovers"])
 
-    def spins(self) -> tuple[int, int, int]:
-        """(hits, misses, skips) so far: waits that spun and got their bytes, spun for nothing,
-        or slept at once because the host's CPU was under pressure."""
+    def wait_counts(self) -> dict[str, int]:
+        """How the transport's waits and writes went so far (WAIT_COUNTS): waits that spun and got
+        their bytes, spun for nothing, or slept at once (CPU pressure); chunks a rail's writer
+        thread wrote (a wake-up) instead of the caller; inline writes that filled the socket."""
         c = self.comm.counters()
-        return int(c["spin_hits"]), int(c["spin_misses"]), int(c["spin_skips"])
+        return {k: int(c[k]) for k in WAIT_COUNTS}
 
     def chunks(self) -> tuple[int, int]:
         """(bytes, chunks) sent so far on every rail: how large the transport cut its messages."""
@@ -132,8 +134,8 @@ class _PeerBackend:
     def failovers(self) -> int:
         return 0
 
-    def spins(self) -> tuple[int, int, int]:
-        return 0, 0, 0
+    def wait_counts(self) -> dict[str, int]:
+        return {}
 
     def chunks(self) -> tuple[int, int]:
         return 0, 0

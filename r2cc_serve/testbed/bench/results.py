@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from r2cc_serve.testbed.bench.spec import format_size
+from r2cc_serve.testbed.bench.spec import WAIT_COUNTS, format_size
 from r2cc_serve.sched.planner import PARTIAL_SUM_SCHEDULES  # not the canonical sum: checked with a tolerance
 from r2cc_serve.util.durations import millis
 
@@ -61,9 +61,7 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                rail_tx_share=[round(float(x) / max(1.0, float(tx.sum())), 3) for x in tx],
                resent_bytes=int(sum(e.get("resent_bytes", 0) for e in entries)),
                failovers=int(sum(e.get("failovers", 0) for e in entries)),
-               spin_hits=int(sum(e.get("spin_hits", 0) for e in entries)),
-               spin_misses=int(sum(e.get("spin_misses", 0) for e in entries)),
-               spin_skips=int(sum(e.get("spin_skips", 0) for e in entries)),
+               **{k: int(sum(e.get(k, 0) for e in entries)) for k in WAIT_COUNTS},
                mean_chunk_bytes=mean_chunk_bytes(entries),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
     if schedule and entries[0].get("plan"):

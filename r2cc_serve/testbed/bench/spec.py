@@ -26,6 +26,9 @@ _SIZE_RE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
 _PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
+# r2cc's counters a bench entry reports for its timed calls (backends.R2ccBackend.wait_counts)
+WAIT_COUNTS = ("spin_hits", "spin_misses", "spin_skips", "writer_chunks", "handoffs")
+
 def parse_size(text: str) -> int:
     """Bytes of '4K', '1M', '64M', '4096' (binary units: 1K = 1024)."""
     m = _SIZE_RE.match(text.strip())

@@ -237,7 +237,7 @@ class Worker:
                 self._warm_up(runner, warmup + (envs.get("R2CC_PLAN_TRIAL_CALLS") if k == "auto" else 0))
             acc = {k: {"times": [], "starts": [], "cpu": 0.0, "tx": [0] * len(self.rails), "resent": 0,
                        "failovers": 0} for k in schedules}
-            spins0, chunks0 = b.spins(), b.chunks()
+            counts0, chunks0 = b.wait_counts(), b.chunks()
             for i in range(iters):
                 for k in schedules[i % len(schedules):] + schedules[:i % len(schedules)]:
                     a = acc[k]
@@ -256,14 +256,14 @@ class Worker:
                     a["failovers"] += b.failovers() - fo0
                     if i == iters - 1:
                         last[k] = data.compare(out, ref)
-            spins = [now - before for now, before in zip(b.spins(), spins0)]
+            counts = {k: v - counts0[k] for k, v in b.wait_counts().items()}
             chunks = [now - before for now, before in zip(b.chunks(), chunks0)]
             for k, entry in entries.items():
                 a = acc[k]
                 # r2cc: re-sends or failovers in a fault-free run mean a rail was wrongly declared dead.
                 entry.update(resent_bytes=a["resent"], failovers=a["failovers"])
-                # R2CC_SPIN_US: how the timed iterations' spins ended (all schedules together)
-                entry.update(spin_hits=spins[0], spin_misses=spins[1], spin_skips=spins[2])
+                # r2cc: how the timed iterations' waits and writes went (all schedules together)
+                entry.update(counts)
                 entry.update(chunk_bytes_sent=chunks[0], chunks_sent=chunks[1])  # r2cc's chunk size
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()

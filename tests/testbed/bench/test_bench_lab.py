@@ -117,6 +117,7 @@ def test_a_spin_list_reaches_the_ranks_and_tabulates(tmp_path, monkeypatch):
     assert quiet["correct"] and spun["correct"], reps
     assert quiet["spin_hits"] + quiet["spin_misses"] == 0, quiet  # R2CC_SPIN_US=0 reached the ranks
     assert spun["spin_hits"] + spun["spin_misses"] > 0, spun  # and 200 made them spin
+    assert spun["writer_chunks"] >= 0 and spun["handoffs"] >= 0, spun  # how writes went, for the record
     rows = proc.stdout[proc.stdout.index("r2cc against spinning"):].splitlines()
     assert [r.split()[0] for r in rows[2:4]] == ["0", "200"], rows
 
