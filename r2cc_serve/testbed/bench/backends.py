@@ -95,7 +95,8 @@ class R2ccBackend:
     def wait_counts(self) -> dict[str, int]:
         """How the transport's waits and writes went so far (WAIT_COUNTS): waits that spun and got
         their bytes, spun for nothing, or slept at once (CPU pressure); chunks a rail's writer
-        thread wrote (a wake-up) instead of the caller; inline writes that filled the socket."""
+        thread wrote (a wake-up) instead of the caller; inline writes that filled the socket;
+        second copies of small messages late to be acknowledged."""
         c = self.comm.counters()
         return {k: int(c[k]) for k in WAIT_COUNTS}
 

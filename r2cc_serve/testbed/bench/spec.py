@@ -27,7 +27,7 @@ _PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 # r2cc's counters a bench entry reports for its timed calls (backends.R2ccBackend.wait_counts)
-WAIT_COUNTS = ("spin_hits", "spin_misses", "spin_skips", "writer_chunks", "handoffs")
+WAIT_COUNTS = ("spin_hits", "spin_misses", "spin_skips", "writer_chunks", "handoffs", "hedges")
 
 def parse_size(text: str) -> int:
     """Bytes of '4K', '1M', '64M', '4096' (binary units: 1K = 1024)."""
