@@ -177,7 +177,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
     // this late may be waiting for a message of ours lost on a dead rail: the hedge copies
     // this rank owes go out now (a peer on time answers well within kHedgeAfterUs).
     const int64_t start = now_ns(), until = start + int64_t(opt_.spin_us) * 1000;
-    const int64_t hedge_at = start + int64_t(kHedgeAfterUs) * 1000;
+    const int64_t hedge_at = start + hedge_after_ns();
     epoll_event ev[2];
     bool hit = false, hedged = false;
     for (;;) {
@@ -192,6 +192,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       }
     }
     note_spin(hit);
+    if (hit) note_reply(now_ns() - start);
     if (any_op_done(ops, n)) return;
   }
   // A sleeping waiter leaves its hedge copies to the watchdog (kHedgeStaleNs): written before
@@ -204,6 +205,16 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       if (read(caller_bell_, &v, sizeof(v)) < 0) {}
     }
   rx_drive_ready(ops, n);
+}
+
+int64_t Transport::hedge_after_ns() const {
+  const int64_t late = kHedgeLateFactor * spin_reply_ns_.load(std::memory_order_relaxed);
+  return std::min(kHedgeStaleNs, std::max(int64_t(kHedgeAfterUs) * 1000, late));
+}
+
+void Transport::note_reply(int64_t waited_ns) {
+  const int64_t r = spin_reply_ns_.load(std::memory_order_relaxed);
+  spin_reply_ns_.store(r + (waited_ns - r) / 8, std::memory_order_relaxed);
 }
 
 bool Transport::spin_worthwhile() {

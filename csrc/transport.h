@@ -292,6 +292,11 @@ class Transport {
   void send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns);
   static constexpr int kHedgeAfterUs = 50;
   static constexpr int64_t kHedgeStaleNs = 1000000;
+  // A spinning caller's copies are due once its peer is kHedgeLateFactor times later than
+  // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
+  static constexpr int64_t kHedgeLateFactor = 4;
+  int64_t hedge_after_ns() const;
+  void note_reply(int64_t waited_ns);  // a spin got bytes after waited_ns: the smoothed reply time
   // The driving caller read acks that freed window on rails of p: it writes their next chunks
   // itself where the socket has room, and wakes the writer of a rail where it had none.
   void refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk);
@@ -459,6 +464,10 @@ class Transport {
   std::atomic<float> spin_hit_rate_{1.0f};
   std::atomic<unsigned> spin_probe_{0};
   std::atomic<uint64_t> spin_hits_{0}, spin_misses_{0}, spin_skips_{0};
+  // How long a spinning caller usually waits for its peer's bytes (smoothed over ~8 spins
+  // that got them): a fixed 50 us hedge delay sent nearly every 4 KiB message twice on a
+  // loaded VM where replies took 50-80 us, and the copies' own CPU made replies later still.
+  std::atomic<int64_t> spin_reply_ns_{0};
   // Host CPU pressure (host_load.cc): sampled by the watchdog, read lock free by waiters.
   std::atomic<bool> spin_host_ok_{false};
   std::atomic<float> cpu_pressure_{0};

@@ -129,7 +129,8 @@ _knob("R2CC_WATCHDOG_REALTIME", True, _bool,
       transport="watchdog_realtime")
 _knob("R2CC_HEDGE_BYTES", 16 * 1024, int,
       "Single-chunk sends up to this size get a second copy on another rail when they are late to be "
-      "acknowledged (a spinning waiter's peer silent for 50 us, else 1 ms after sending): a message "
+      "acknowledged (a spinning waiter's peer 4x later than it usually answers, 50 us to 1 ms; else "
+      "1 ms after sending): a message "
       "lost on a silently dead rail then costs that, not the failure detection. 0: off.",
       transport="hedge_bytes")
 _knob("R2CC_SPIN_US", 1000, int,

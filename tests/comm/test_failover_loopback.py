@@ -58,6 +58,17 @@ def test_a_late_peer_gets_hedge_copies():
     assert res[0]["hedges"] >= 10, res  # of 20 messages
 
 
+def test_a_peer_that_is_always_a_little_late_gets_few_copies():
+    # Rank 1 starts every call ~0.3 ms after rank 0, and rank 0 spins (forced on): the copies'
+    # delay follows how late the peer usually is (4x its smoothed reply), so a steady peer is not
+    # sent every message twice. With the fixed 50 us delay every one of these calls got a copy.
+    count = 300
+    res = run_ranks(workers.small_messages_to_a_late_peer, 2,
+                    {"spin_us": 5000, "spin_max_cpu_pressure": 1.0}, 0.0003, count, timeout=120)
+    assert all(r["exact"] for r in res), res
+    assert res[0]["hedges"] < 0.3 * count, res
+
+
 def test_without_hedging_a_late_peer_gets_no_copies():
     # The control for the test above: R2CC_HEDGE_BYTES=0 writes no second copy.
     res = run_ranks(workers.small_messages_to_a_late_peer, 2, {"hedge_bytes": 0}, timeout=120)
