@@ -12,6 +12,7 @@ from __future__ import annotations
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from r2cc_serve.admin.snapshot import STATE_ORDER
+from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
 
 
 class R2CCCollector:
@@ -156,19 +157,17 @@ class R2CCCollector:
         pressure = GaugeMetricFamily("r2cc_host_cpu_pressure", "share of the last ~second some thread on the host "
                                      "waited for a core, as r2cc's spin gate sees it (sampled only while "
                                      "R2CC_SPIN_US > 0)", labels=["host"])
-        per_rank: dict[tuple[str, str], list[int]] = {}
-        per_host: dict[str, float] = {}
+        per_rank: dict[tuple[str, str], list[dict]] = {}
         for (_, rank), st in sorted(snap.states.items()):
-            c = st.get("counters")
-            if not c or "spin_skips" not in c:  # agents of older builds do not report them
+            per_rank.setdefault((st["host"], str(rank)), []).append(st)
+        per_host: dict[str, float] = {}
+        for (host, rank), states in per_rank.items():
+            spins = spin_waits(states)
+            if not spins:  # agents of older builds do not report them
                 continue
-            counts = per_rank.setdefault((st["host"], str(rank)), [0, 0, 0])
-            for i, key in enumerate(("spin_hits", "spin_misses", "spin_skips")):
-                counts[i] += int(c[key])
-            per_host[st["host"]] = max(per_host.get(st["host"], 0.0), float(c.get("cpu_pressure", 0.0)))
-        for (host, rank), counts in per_rank.items():
-            for outcome, n in zip(("hit", "miss", "skip"), counts):
-                waits.add_metric([host, rank, outcome], n)
+            for outcome, key in zip(("hit", "miss", "skip"), SPIN_COUNTERS):
+                waits.add_metric([host, rank, outcome], spins[key])
+            per_host[host] = max(per_host.get(host, 0.0), spins["cpu_pressure"])
         for host, value in sorted(per_host.items()):
             pressure.add_metric([host], value)
         return waits, pressure

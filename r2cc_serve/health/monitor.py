@@ -24,6 +24,21 @@ from r2cc_serve.util.priority import raise_thread_priority
 log = logging.getLogger("r2cc_serve.health")
 
 MAX_EVENTS = 256
+SPIN_COUNTERS = ("spin_hits", "spin_misses", "spin_skips")  # counters(): how waits went (R2CC_SPIN_US)
+
+
+def spin_waits(snapshots) -> dict:
+    """The spin counters of status snapshots (ranks, or a rank's groups) summed, and the highest
+    CPU pressure their spin gates last saw; {} when none carries them (agents of older builds)."""
+    out: dict = {}
+    for snap in snapshots:
+        c = snap.get("counters") or {}
+        if "spin_skips" not in c:
+            continue
+        for k in SPIN_COUNTERS:
+            out[k] = out.get(k, 0) + int(c[k])
+        out["cpu_pressure"] = max(out.get("cpu_pressure", 0.0), float(c.get("cpu_pressure", 0.0)))
+    return out
 
 
 def summarize(rails: list[dict], error: str, peers: list[dict] = ()) -> tuple[str, list[str]]:

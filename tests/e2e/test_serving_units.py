@@ -110,13 +110,15 @@ def test_status_events_become_transitions():
     assert evidence.rail_totals(status)[1]["failovers"] == 1
 
 
-def test_spin_totals_sum_the_workers_and_keep_the_highest_pressure():
+def test_spin_waits_sum_the_workers_and_keep_the_highest_pressure():
     def doc(hits, misses, skips, pressure):
         return {"counters": {"spin_hits": hits, "spin_misses": misses, "spin_skips": skips, "cpu_pressure": pressure}}
 
+    from r2cc_serve.health.monitor import spin_waits
+
     status = {"a.json": doc(5, 1, 100, 0.4), "b.json": doc(2, 0, 50, 0.7), "old.json": {"counters": {}}}
-    assert evidence.spin_totals(status) == {"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure": 0.7}
-    assert evidence.spin_totals({"old.json": {"rails": []}}) == {}
+    assert spin_waits(status.values()) == {"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure": 0.7}
+    assert spin_waits([{"rails": []}]) == {}
     from r2cc_serve.testbed.serving.serve_bench import _spin_text
 
     text = _spin_text({"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure_last": 0.7})

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.health.monitor import SPIN_COUNTERS
 from r2cc_serve.testbed.lab import baselines
 from r2cc_serve.testbed.faults import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
 
@@ -27,7 +28,8 @@ _PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 # r2cc's counters a bench entry reports for its timed calls (backends.R2ccBackend.wait_counts)
-WAIT_COUNTS = ("spin_hits", "spin_misses", "spin_skips", "writer_chunks", "handoffs", "hedges")
+WAIT_COUNTS = SPIN_COUNTERS + ("writer_chunks", "handoffs", "hedges")
+
 
 def parse_size(text: str) -> int:
     """Bytes of '4K', '1M', '64M', '4096' (binary units: 1K = 1024)."""

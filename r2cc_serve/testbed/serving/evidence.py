@@ -133,23 +133,6 @@ def rail_totals(status: dict[str, dict]) -> dict[int, dict]:
     return out
 
 
-SPIN_KEYS = ("spin_hits", "spin_misses", "spin_skips")
-
-
-def spin_totals(status: dict[str, dict]) -> dict:
-    """How the workers' waits went (R2CC_SPIN_US), summed over workers and groups, and the
-    highest CPU pressure the spin gate last saw; {} before any worker wrote its counters."""
-    out: dict = {}
-    for doc in status.values():
-        c = doc.get("counters") or {}
-        if "spin_skips" not in c:
-            continue
-        for k in SPIN_KEYS:
-            out[k] = out.get(k, 0) + int(c[k])
-        out["cpu_pressure"] = max(out.get("cpu_pressure", 0.0), float(c.get("cpu_pressure", 0.0)))
-    return out
-
-
 def diff_totals(before: dict[int, dict], after: dict[int, dict]) -> dict[int, dict]:
     out = {}
     for rail, a in after.items():

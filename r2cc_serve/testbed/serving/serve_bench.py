@@ -25,6 +25,7 @@ import statistics
 import sys
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
 from r2cc_serve.testbed.faults import HELD_KINDS, FaultSpec
 from r2cc_serve.testbed.serving import evidence, vllm_env
 from r2cc_serve.testbed.serving.deploy import single_instance, two_nodes
@@ -98,10 +99,10 @@ def _rail_health(before: dict, dep) -> dict:
         return {}
     out = {"rail_failovers": sum(t["failovers"] for t in delta.values()),
            "fallback_bytes": sum(t["bytes_sent"] for t in delta.values() if t["fallback"])}
-    spins = evidence.spin_totals(status)
+    spins = spin_waits(status.values())
     if spins:
         # Whether waits spun during the round or the CPU-pressure gate kept them asleep.
-        out["spins"] = {k: spins[k] - before["spins"].get(k, 0) for k in evidence.SPIN_KEYS}
+        out["spins"] = {k: spins[k] - before["spins"].get(k, 0) for k in SPIN_COUNTERS}
         out["spins"]["cpu_pressure_last"] = round(spins["cpu_pressure"], 3)
     return out
 
@@ -167,7 +168,7 @@ def _round(dep, lab, spec: LoadSpec, backend: str):
     load_before = _loadavg()
     tx_before = _tx_bytes(lab)
     status = evidence.read_status(dep.status_dir)
-    health_before = {"rails": evidence.rail_totals(status), "spins": evidence.spin_totals(status)}
+    health_before = {"rails": evidence.rail_totals(status), "spins": spin_waits(status.values())}
     sids = [p.sid for p in dep.procs]
     cpu_before = sessions_cpu_s(sids)
     r = run_load(dep.url, dep.model, spec)
