@@ -116,7 +116,7 @@ class Communicator:
         self.rail_names = list(rails) + list(fallback_rails or [])
         meet = Rendezvous(store, group, rank, world_size)
         try:
-            self._form(meet, fallback_rails, options)
+            self._form(meet, options)
         except PeerGaveUpError:
             raise
         except BaseException as exc:
@@ -127,8 +127,9 @@ class Communicator:
         if envs.get("R2CC_CONTROL"):
             self.start_control()
 
-    def _form(self, meet: Rendezvous, fallback_rails, options: dict) -> None:
-        """Meet the other ranks through the store and connect every rail to each."""
+    def _form(self, meet: Rendezvous, options: dict) -> None:
+        """Everything that can fail before the group is up: this rank's rails and schedule, then
+        meeting the other ranks through the store and connecting every rail to each."""
         rank, world_size, group, netns = self.rank, self.world_size, self.group, self.netns
         self.rail_ips = resolve_rails(self.rail_names, netns)
         self._lock = threading.Lock()

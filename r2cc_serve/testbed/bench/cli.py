@@ -46,9 +46,8 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
     p.add_argument("--warmup-s", type=float, default=0.0, metavar="SECONDS",
                    help="repeat the warm-up until this much time has passed (default 0: --warmup calls only). "
-                        "Latency studies use 1: r2cc's spin gate reads the host's CPU pressure over about a "
-                        "second, and just after the ranks start it is high, so a launch's first size would "
-                        "otherwise time some waits that sleep")
+                        "Latency studies use 1, so the timed calls see the steady state: r2cc's spin gate "
+                        "reads the host's CPU pressure smoothed over about a second")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|"
                         "flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% into a fault-free op's time")
