@@ -260,7 +260,7 @@ void Transport::writer_loop(Conn& c) {
       c.writing = false;
       if (b.chunk.msg) {
         finish_chunk_write_locked(b.chunk);
-        if (r.ok() && c.injected_failure_due()) r = IoResult::failure(IoCause::kOther, "injected failure (test)");
+        if (r.ok() && c.injected_failure_due()) r = c.injected_failure();
       }
       b.chunk = Chunk{};  // written: the writer keeps no hold on its message
       if (!r.ok()) {
@@ -275,10 +275,11 @@ bool Transport::writer_finish_handoff(Conn& c, uint64_t epoch, int fd, std::uniq
                                       const std::function<bool()>& stale) {
   std::unique_ptr<Conn::Handoff> h = std::move(c.handoff);
   lk.unlock();
-  const IoResult r = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
+  IoResult r = write_chunk(c, fd, h->frames, h->chunk, stale, &h->done);
   lk.lock();
   c.writing = false;
   finish_chunk_write_locked(h->chunk);
+  if (r.ok() && c.injected_failure_due()) r = c.injected_failure();
   if (r.ok()) return true;
   fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
   return false;

@@ -180,7 +180,8 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   size_t done = 0;
   IoResult r = write_chunk(c, fd, frames, chunk, stale, &done, /*may_block=*/false);
   lk.lock();
-  if (r.status == IoStatus::kBlocked && c.epoch.load() == epoch) {
+  const bool handed_off = r.status == IoStatus::kBlocked && c.epoch.load() == epoch;
+  if (handed_off) {
     // The room check counts payload, the kernel counts buffer overhead too: when the socket
     // fills up mid-chunk, the rail's writer finishes it. (A caller blocked here while driving
     // read nobody's acks: at 4 hosts a rail fault then took 400 ms instead of 60 to fail over.)
@@ -193,8 +194,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
     finish_chunk_write_locked(chunk);
   }
   release_fd_locked(c, fd);
-  if (r.ok() && mode == InlineSend::kRefill && c.injected_failure_due())
-    r = IoResult::failure(IoCause::kOther, "injected failure (test)");
+  if (r.ok() && !handed_off && c.injected_failure_due()) r = c.injected_failure();  // the writer counts a handed-off one
   if (!r.ok()) fail_conn_locked(c, epoch, r.cause, send_failed(c, r.text()));
   // Wake this peer's writers only when one may have work that waited for the socket (a
   // kIfRoom or kRefill caller wakes the ones it needs once, after its last chunk).

@@ -80,12 +80,15 @@ struct Transport::Conn {
     if (now - tx_done_ns.exchange(now) > pause_ns) tx_resume_ns.store(now);
   }
   RxStream* rx = nullptr;  // the receive stream of the current socket (rx_loop.cc)
-  int64_t fail_after_chunks = -1;  // test fault injector: fail right after sending this many more chunks
+  // Test fault injector: fail right after this many more data chunks were written on this
+  // connection, by any path (writer, caller inline, a handed-off chunk the writer finished).
+  int64_t fail_after_chunks = -1;
   bool injected_failure_due() {  // a data chunk was written: is this the one to fail after?
     if (fail_after_chunks <= 0 || --fail_after_chunks > 0) return false;
     fail_after_chunks = -1;
     return true;
   }
+  static IoResult injected_failure() { return IoResult::failure(IoCause::kOther, "injected failure (test)"); }
   bool skip_room_check = false;  // test fault injector (inject_full_socket)
   bool writing = false;  // a thread is writing to the socket outside the lock (writer or inline sender)
   bool window_freed = false;  // the driving caller's read freed window here: it refills it (posting.cc)

@@ -340,10 +340,9 @@ class Communicator:
         self._t.restore_rail(self._check_rail(rail))
 
     def inject_failure(self, peer: int, rail: int, after_chunks: int = 1) -> None:
-        """Test fault injector: the connection to `peer` on `rail` fails right after its writer
-        thread sends `after_chunks` more data chunks (so un-acknowledged data is surely in
-        flight). Single-chunk messages, which the calling thread sends inline, do not count:
-        use messages of several chunks (R2CC_CHUNK_BYTES) when a test needs the failure."""
+        """Test fault injector: the connection to `peer` on `rail` fails right after `after_chunks`
+        more data chunks were written on it, by its writer thread or by a calling thread (so
+        un-acknowledged data is surely in flight)."""
         self._t.inject_failure(self._check_peer(peer), self._check_rail(rail), after_chunks)
 
     def inject_full_socket(self, peer: int, rail: int) -> None:
