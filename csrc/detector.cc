@@ -63,6 +63,10 @@ void Transport::watchdog_loop() {
     // Hedge copies nobody sent while waiting (no collective followed): a message lost on a
     // dead rail then costs this tick, not the failure detection.
     send_due_hedges_locked(lk, now - kHedgeStaleNs);
+    const uint64_t held_us = uint64_t(now_ns() - now) / 1000;
+    counters_.watchdog_passes++;
+    counters_.watchdog_locked_us += held_us;
+    counters_.watchdog_pass_max_us = std::max(counters_.watchdog_pass_max_us, held_us);
   }
 }
 

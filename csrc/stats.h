@@ -83,6 +83,9 @@ namespace r2cc {
 //   loss_holds     rails held out because they lose packets (loss.cc)
 //   spin_skips     waits that slept at once because the host's CPU was under pressure
 //   cpu_pressure   share of the last ~second some thread on the host waited for a core (0..1)
+//   watchdog_passes      watchdog passes (one per tick)
+//   watchdog_locked_us   time the watchdog's passes held the transport lock, in total
+//   watchdog_pass_max_us the longest of them (a caller that needs the lock waits that long)
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
@@ -96,7 +99,10 @@ namespace r2cc {
   X(uint64_t, holds, 0)                 \
   X(uint64_t, loss_holds, 0)            \
   X(uint64_t, spin_skips, 0)            \
-  X(double, cpu_pressure, 0)
+  X(double, cpu_pressure, 0)            \
+  X(uint64_t, watchdog_passes, 0)       \
+  X(uint64_t, watchdog_locked_us, 0)    \
+  X(uint64_t, watchdog_pass_max_us, 0)
 
 // Generators: a member with its initial value; a call f(name, member pointer) of each_field().
 #define R2CC_STATS_MEMBER(type, name, init) type name = init;

@@ -115,6 +115,9 @@ class Counters:
     loss_holds: int
     spin_skips: int
     cpu_pressure: float
+    watchdog_passes: int
+    watchdog_locked_us: int
+    watchdog_pass_max_us: int
     FIELDS: ClassVar[list[str]]
     def as_dict(self) -> dict[str, int | float]: ...
 

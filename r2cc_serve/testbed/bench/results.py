@@ -64,9 +64,23 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                **{k: int(sum(e.get(k, 0) for e in entries)) for k in WAIT_COUNTS},
                mean_chunk_bytes=mean_chunk_bytes(entries),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
+    row.update(switch_counts(per_iter, entries))
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
     return row
+
+
+def switch_counts(per_iter: np.ndarray, entries: list[dict]) -> dict:
+    """How many calls had a calling thread (on any rank) that slept or was preempted
+    (worker.call_switches), over all timed calls and over the slowest 1%: a tail made of
+    preempted calls waited for a CPU, not for the network."""
+    if not all(len(e.get("switches", ())) == len(per_iter) for e in entries) or len(per_iter) < TAIL_MIN_ITERS[99]:
+        return {}
+    sw = np.bitwise_or.reduce(np.array([e["switches"] for e in entries], dtype=np.int64), axis=0)
+    slow = per_iter >= np.percentile(per_iter, 99)
+    return {"calls_slept": int(np.count_nonzero(sw & 1)), "calls_preempted": int(np.count_nonzero(sw & 2)),
+            "slowest_1pct": int(np.count_nonzero(slow)), "slowest_1pct_slept": int(np.count_nonzero(sw[slow] & 1)),
+            "slowest_1pct_preempted": int(np.count_nonzero(sw[slow] & 2))}
 
 
 # A percentile means something only with enough calls past it: p99 from 100 timed calls, p99.9
@@ -216,6 +230,8 @@ def table(report: dict) -> str:
                      f"{_num(r['busbw_GBps'], '.3f'):>10} {_num(r.get('cpu_s_per_GB'), '.3g'):>9} {correct:>8} "
                      f"{_num(r['ratio_vs_r2cc'], '.2f'):>8}  {share}"
                      + (f"  mean chunk {r['mean_chunk_bytes'] / 1024:.0f}K" if r.get("mean_chunk_bytes") else "")
+                     + (f"  slowest 1%: {r['slowest_1pct_preempted']}/{r['slowest_1pct']} a caller preempted, "
+                        f"{r['slowest_1pct_slept']} slept" if r.get("slowest_1pct") else "")
                      + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
                      + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
                         if r.get("failovers") or r.get("resent_bytes") else ""))

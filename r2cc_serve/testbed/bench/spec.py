@@ -28,7 +28,7 @@ _PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 # r2cc's counters a bench entry reports for its timed calls (backends.R2ccBackend.wait_counts)
-WAIT_COUNTS = SPIN_COUNTERS + ("writer_chunks", "handoffs", "hedges")
+WAIT_COUNTS = SPIN_COUNTERS + ("writer_chunks", "handoffs", "hedges", "watchdog_passes", "watchdog_locked_us")
 
 
 def parse_size(text: str) -> int:

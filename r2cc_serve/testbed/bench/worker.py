@@ -23,6 +23,7 @@ import datetime
 import faulthandler
 import json
 import os
+import resource
 import statistics
 import sys
 import threading
@@ -37,6 +38,13 @@ from r2cc_serve.testbed.bench.spec import format_size
 
 RECOVERY_WAIT_S = 15.0
 SETTLE_S = 1.0  # held faults: rails unchanged this long count as settled
+
+
+def call_switches(before, after) -> int:
+    """How the calling thread left its core during one call: 0 it kept it, 1 it slept (waited in
+    the kernel), 2 it was preempted (another thread took the core), 3 both. A tail call with the
+    caller preempted was waiting for a CPU, not for the network."""
+    return int(after.ru_nvcsw > before.ru_nvcsw) | 2 * int(after.ru_nivcsw > before.ru_nivcsw)
 
 
 def warm_up(runner, calls: int, min_s: float, rank: int, store, key: str) -> int:
@@ -235,8 +243,8 @@ class Worker:
                 # auto's first calls of a size are its trials (sched/trials.py): warm up past them,
                 # so the timed calls run what it kept
                 self._warm_up(runner, warmup + (envs.get("R2CC_PLAN_TRIAL_CALLS") if k == "auto" else 0))
-            acc = {k: {"times": [], "starts": [], "cpu": 0.0, "tx": [0] * len(self.rails), "resent": 0,
-                       "failovers": 0} for k in schedules}
+            acc = {k: {"times": [], "starts": [], "switches": [], "cpu": 0.0, "tx": [0] * len(self.rails),
+                       "resent": 0, "failovers": 0} for k in schedules}
             counts0, chunks0 = b.wait_counts(), b.chunks()
             for i in range(iters):
                 for k in schedules[i % len(schedules):] + schedules[:i % len(schedules)]:
@@ -246,9 +254,11 @@ class Worker:
                     b.barrier()
                     tx0, resent0, fo0 = rail_tx_bytes(self.rails), b.resent_bytes(), b.failovers()
                     a["starts"].append(time.time())
+                    ru0 = resource.getrusage(resource.RUSAGE_THREAD)
                     t0, c0 = time.perf_counter(), time.process_time()
                     out = runner.run()
                     a["times"].append(time.perf_counter() - t0)
+                    a["switches"].append(call_switches(ru0, resource.getrusage(resource.RUSAGE_THREAD)))
                     # the OS's user + system time of every thread of this rank (library threads too)
                     a["cpu"] += time.process_time() - c0
                     a["tx"] = [x + y - z for x, y, z in zip(a["tx"], rail_tx_bytes(self.rails), tx0)]
@@ -267,7 +277,8 @@ class Worker:
                 entry.update(chunk_bytes_sent=chunks[0], chunks_sent=chunks[1])  # r2cc's chunk size
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()
-                entry.update(times=a["times"], starts=a["starts"], cpu_s=a["cpu"], rail_tx_bytes=a["tx"],
+                entry.update(times=a["times"], starts=a["starts"], switches=a["switches"], cpu_s=a["cpu"],
+                             rail_tx_bytes=a["tx"],
                              bit_exact=first[k][0] and last[k][0], close=first[k][1] and last[k][1],
                              max_err=max(first[k][2], last[k][2]), error=None)
                 if k:

@@ -103,6 +103,32 @@ def test_tails_need_enough_calls_and_the_table_says_so():
     assert "needs" not in report.table(base | {"iters": 1000, "results": [row | {"ratio_vs_r2cc": 1.0}]})
 
 
+def test_slow_calls_say_whether_a_caller_slept_or_lost_its_core():
+    times = [0.001] * 198 + [0.5, 0.6]
+    kept, slept, preempted = 0, 1, 2
+    rank0 = _entry(times) | {"switches": [slept] * 10 + [kept] * 188 + [preempted, kept]}
+    rank1 = _entry(times) | {"switches": [kept] * 199 + [slept | preempted]}  # the peer lost its core too
+    row = report.summarize_measure("r2cc", "all_reduce", 2, 1000, [rank0, rank1])
+    assert row["calls_slept"] == 11 and row["calls_preempted"] == 2
+    assert row["slowest_1pct"] == 2 and row["slowest_1pct_preempted"] == 2 and row["slowest_1pct_slept"] == 1
+    base = {"op": "all_reduce", "hosts": 2, "rails": 2, "rate": None, "mtu": 1500, "faults": [], "iters": 200}
+    assert "slowest 1%: 2/2 a caller preempted, 1 slept" in report.table(base | {"results": [row | {"ratio_vs_r2cc": 1.0}]})
+    # Older results without the record (or too few calls for a tail) say nothing rather than 0.
+    assert "calls_preempted" not in report.summarize_measure("r2cc", "all_reduce", 2, 1000,
+                                                             [_entry(times), _entry(times)])
+
+
+def test_call_switches_reads_the_thread_s_context_switches():
+    from types import SimpleNamespace as R
+
+    from r2cc_serve.testbed.bench.worker import call_switches
+
+    assert call_switches(R(ru_nvcsw=3, ru_nivcsw=5), R(ru_nvcsw=3, ru_nivcsw=5)) == 0
+    assert call_switches(R(ru_nvcsw=3, ru_nivcsw=5), R(ru_nvcsw=4, ru_nivcsw=5)) == 1
+    assert call_switches(R(ru_nvcsw=3, ru_nivcsw=5), R(ru_nvcsw=3, ru_nivcsw=7)) == 2
+    assert call_switches(R(ru_nvcsw=3, ru_nivcsw=5), R(ru_nvcsw=9, ru_nivcsw=6)) == 3
+
+
 def test_cpu_seconds_per_GB_averages_the_ranks():
     a, b = _entry([1.0, 1.0]) | {"cpu_s": 0.5}, _entry([1.0, 1.0]) | {"cpu_s": 1.5}
     row = report.summarize_measure("mpi", "all_reduce", 2, 10**9, [a, b])
