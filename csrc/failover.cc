@@ -99,6 +99,7 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const s
     requeue_inflight_locked(c, cause, reason, now);
   }
   c.suspect = false;
+  if (c.we_connect) dial_cv_.notify_one();  // its first probe is due in probe_interval_ms
   if (!peer_has_link_locked(p)) p.no_link_since_ns = now;
   p.wake_writers();
   notify_done_locked();

@@ -40,6 +40,9 @@ uint64_t handshake_mac(const uint8_t key[16], char side, const uint8_t nonce[16]
 }
 
 constexpr int kHandshakeTimeoutMs = 1000;
+// The connector with nothing to dial still looks once a second (a rail whose going down it
+// was somehow not told of is then dialed that late, not never).
+constexpr int64_t kDialerIdleNs = 1000000000;
 
 }  // namespace
 
@@ -48,8 +51,10 @@ constexpr int kHandshakeTimeoutMs = 1000;
 void Transport::accept_loop(int rail) {
   const int lfd = listen_fds_[rail];
   while (!stopping_) {
-    pollfd p{lfd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
+    // Asleep until a peer dials or close() rings wake_fd_ (it stays readable once rung); it
+    // polled every 50 ms, 20 wake-ups a second per rail for nothing.
+    pollfd p[2] = {{lfd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(p, 2, -1) <= 0 || !(p[0].revents & POLLIN)) continue;
     int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     tune_socket(fd);
@@ -102,17 +107,27 @@ void Transport::connector_loop() {
     set_error_locked(ErrorKind::kAborted, e.what());
     return;
   }
+  const int64_t interval_ns = int64_t(opt_.probe_interval_ms) * 1000000;
+  std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     std::vector<Conn*> todo;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      const int64_t now = now_ns();
-      for (auto& p : peers_)
-        for (auto& c : p->conns)
-          if (c->we_connect && !p->closed && !is_connected(c->state) && !rail_held_[c->rail] &&
-              (c->state == RailState::kConnecting || now - c->last_probe_ns >= int64_t(opt_.probe_interval_ms) * 1000000))
-            todo.push_back(c.get());
+    const int64_t now = now_ns();
+    int64_t next_due = now + kDialerIdleNs;
+    for (auto& p : peers_)
+      for (auto& c : p->conns) {
+        if (!c->we_connect || p->closed || is_connected(c->state) || rail_held_[c->rail]) continue;
+        const int64_t due = c->state == RailState::kConnecting ? now : c->last_probe_ns + interval_ns;
+        if (due <= now) todo.push_back(c.get());
+        else next_due = std::min(next_due, due);
+      }
+    if (todo.empty()) {
+      // Every rail this rank dials is connected (or waits for its next probe): sleep until a
+      // probe is due or a rail goes down (dial_cv_), not in 10 ms steps. A thread waking 100
+      // times a second took a core from a spinning caller on a busy host each time.
+      dial_cv_.wait_for(lk, std::chrono::nanoseconds(next_due - now));
+      continue;
     }
+    lk.unlock();
     for (Conn* c : todo) {
       if (stopping_) break;
       try_connect(*c);
@@ -120,6 +135,7 @@ void Transport::connector_loop() {
     // Short sleep: the first connects of a group race the peers' listeners.
     struct timespec ts{0, 10 * 1000000};
     nanosleep(&ts, nullptr);
+    lk.lock();
   }
 }
 

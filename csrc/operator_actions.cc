@@ -102,6 +102,7 @@ void Transport::restore_rail(int rail) {
     restore_conn_locked(*c);
     c->last_probe_ns = 0;  // probe at once
   }
+  dial_cv_.notify_one();
 }
 
 // ---- stats -------------------------------------------------------------------

@@ -237,6 +237,7 @@ void Transport::close() {
       error_kind_ = ErrorKind::kClosed;
     }
     notify_done_locked();
+    dial_cv_.notify_all();
   }
   const uint64_t one = 1;
   for (int bell : {wake_fd_, caller_bell_})  // the receive thread and a driving caller return at once

@@ -422,6 +422,7 @@ class Transport {
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;  // waiters of ops
+  std::condition_variable dial_cv_;  // the connector: a rail it dials went down or was restored, or close()
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<bool> rail_drained_;  // operator drain of this rank's rail
   std::vector<bool> rail_held_;     // operator failover of this rank's rail
@@ -447,7 +448,7 @@ class Transport {
   int epfd_ = -1;
   int rx_ep_ = -1;
   int caller_ep_ = -1;
-  int wake_fd_ = -1;      // eventfd: written at close() so the receive thread returns at once
+  int wake_fd_ = -1;      // eventfd: written at close() so the receive and accept threads return at once
   int caller_bell_ = -1;  // eventfd: rung when another thread completed or failed something
   bool caller_driving_ = false;
   bool rx_acks_owed_ = false;  // some Peer::ack_via is set (only the driving caller touches either)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -495,5 +496,49 @@ def flapping_rail_is_held(rank, world, store, opts):
         reduce_exact()
         out["exact"] = exact
         return out
+    finally:
+        comm.close()
+
+
+def _thread_switches() -> dict[str, int]:
+    """Context switches (voluntary + involuntary) so far of each r2cc thread of this process, by name."""
+    out = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            name = open(f"/proc/self/task/{task}/comm").read().strip()
+            status = open(f"/proc/self/task/{task}/status").read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if name.startswith("r2cc-"):
+            n = sum(int(line.split(":")[1]) for line in status.splitlines()
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def idle_thread_wakeups(rank, world, store, opts):
+    """How often each r2cc thread wakes in a second with every rail up and no traffic; then
+    rail 2 fails and must come back (the connector, asleep, is told to dial)."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = make_input(rank, 1 << 20, torch.float32)
+        want = reference_reduce([make_input(r, 1 << 20, torch.float32) for r in range(world)], "sum")
+        exact = bits_equal(comm.all_reduce(x.clone()), want)
+        time.sleep(0.2)
+        before, t0 = _thread_switches(), time.monotonic()
+        time.sleep(1.0)
+        after, idle_s = _thread_switches(), time.monotonic() - t0
+        per_s = {k: (after[k] - before.get(k, 0)) / idle_s for k in after}
+        store_barrier(store, "idle", rank, world)
+        if rank == 1:
+            comm.inject_failure(0, 2, after_chunks=1)
+        exact &= bits_equal(comm.all_reduce(x.clone()), want)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10 and next(s for s in comm.rail_stats() if s["rail"] == 2)["state"] != "up":
+            time.sleep(0.01)
+        rail2 = next(s for s in comm.rail_stats() if s["rail"] == 2)
+        store_barrier(store, "back", rank, world)
+        return {"per_s": per_s, "exact": exact, "rail2": rail2["state"], "reconnects": rail2["reconnects"],
+                "back_s": time.monotonic() - t0}
     finally:
         comm.close()
