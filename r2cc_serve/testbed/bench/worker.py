@@ -251,11 +251,10 @@ class Worker:
                     a = acc[k]
                     use(k)
                     runner.reset()
-                    # Read before the barrier: work between it and the call delays one rank, and
-                    # the other's timed call waits for it (r2cc's 1 ms tail calls were mostly
-                    # one rank starting late by that much, with both ending together).
-                    tx0, resent0, fo0 = rail_tx_bytes(self.rails), b.resent_bytes(), b.failovers()
                     b.barrier()
+                    # Read after the barrier, so the rails' shares and r2cc's re-sends are the timed
+                    # call's alone. (Read before it, the tail was no different: 4 launches.)
+                    tx0, resent0, fo0 = rail_tx_bytes(self.rails), b.resent_bytes(), b.failovers()
                     a["starts"].append(time.time())
                     ru0 = resource.getrusage(resource.RUSAGE_THREAD)
                     t0, c0 = time.perf_counter(), time.process_time()
