@@ -84,7 +84,8 @@ namespace r2cc {
 //   spin_skips     waits that slept at once because the host's CPU was under pressure
 //   cpu_pressure   share of the last ~second some thread on the host waited for a core (0..1)
 //   watchdog_passes      watchdog passes (one per tick)
-//   watchdog_locked_us   time the watchdog's passes held the transport lock, in total
+//   watchdog_locked_us   time the watchdog's passes took, in total (under the transport lock
+//                        but for the writes of hedge copies, which let it go)
 //   watchdog_pass_max_us the longest of them (a caller that needs the lock waits that long)
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \

@@ -54,7 +54,8 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
     canonical = backend == "r2cc" and schedule not in PARTIAL_SUM_SCHEDULES
     correct = exact if canonical else all(e["close"] for e in entries)
     tx = np.sum(np.array([e["rail_tx_bytes"] for e in entries]), axis=0)
-    row.update(p50_s=p50, p90_s=p90, p99_s=tail(per_iter, 99), p999_s=tail(per_iter, 99.9),
+    p99 = tail(per_iter, 99)
+    row.update(p50_s=p50, p90_s=p90, p99_s=p99, p999_s=tail(per_iter, 99.9),
                max_s=float(per_iter.max()), iters=len(per_iter), hist=histogram(per_iter), busbw_GBps=size / p50 / 1e9 * busbw_factor(op, world),
                cpu_s_per_GB=cpu_seconds_per_GB(entries, size),
                correct=bool(correct), bit_exact=bool(exact), max_err=max(e["max_err"] for e in entries),
@@ -64,20 +65,20 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                **{k: int(sum(e.get(k, 0) for e in entries)) for k in WAIT_COUNTS},
                mean_chunk_bytes=mean_chunk_bytes(entries),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
-    row.update(switch_counts(per_iter, entries))
+    row.update(switch_counts(per_iter, p99, entries))
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
     return row
 
 
-def switch_counts(per_iter: np.ndarray, entries: list[dict]) -> dict:
+def switch_counts(per_iter: np.ndarray, p99: float | None, entries: list[dict]) -> dict:
     """How many calls had a calling thread (on any rank) that slept or was preempted
-    (worker.call_switches), over all timed calls and over the slowest 1%: a tail made of
-    preempted calls waited for a CPU, not for the network."""
-    if not all(len(e.get("switches", ())) == len(per_iter) for e in entries) or len(per_iter) < TAIL_MIN_ITERS[99]:
+    (worker.call_switches), over all timed calls and over the slowest 1% (at or above p99, None
+    with too few calls): a tail made of preempted calls waited for a CPU, not for the network."""
+    if p99 is None or not all(len(e.get("switches", ())) == len(per_iter) for e in entries):
         return {}
     sw = np.bitwise_or.reduce(np.array([e["switches"] for e in entries], dtype=np.int64), axis=0)
-    slow = per_iter >= np.percentile(per_iter, 99)
+    slow = per_iter >= p99
     return {"calls_slept": int(np.count_nonzero(sw & 1)), "calls_preempted": int(np.count_nonzero(sw & 2)),
             "slowest_1pct": int(np.count_nonzero(slow)), "slowest_1pct_slept": int(np.count_nonzero(sw[slow] & 1)),
             "slowest_1pct_preempted": int(np.count_nonzero(sw[slow] & 2))}
