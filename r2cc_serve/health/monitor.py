@@ -64,12 +64,25 @@ def summarize(rails: list[dict], error: str, peers: list[dict] = ()) -> tuple[st
     return ("degraded" if reasons else "ok"), reasons
 
 
+def _state_key(snap: dict) -> tuple:
+    """What readers of a status file act on at once (agent address, rail and peer states, events,
+    errors); counters, byte totals and durations may lag by R2CC_STATUS_REFRESH_MS."""
+    events = snap["events"]
+    return (snap["status"], tuple(snap["reasons"]), snap["error"], len(events), events[-1]["time"] if events else 0,
+            tuple((r["peer"], r["rail"], r["state"], r.get("hold_reason", ""), r["last_error"],
+                   json.dumps(r.get("decisions", []), sort_keys=True)) for r in snap["rails"]),
+            tuple((p["peer"], p["stalled"]) for p in snap["peers"]),
+            snap.get("agent_address"), snap.get("agent_token"))
+
+
 class RailMonitor:
     def __init__(self, comm, group: str, rank: int, node: int, status_dir: str | None, interval_s: float,
                  host: str, extra: dict | None = None, state_dir: str | None = None):
         """state_dir: where operator decisions are kept (None: R2CC_STATE_DIR; "": in memory only)."""
         self.comm, self.group, self.rank, self.node, self.host = comm, group, rank, node, host
         self.interval_s = interval_s
+        self.refresh_s = envs.get("R2CC_STATUS_REFRESH_MS") / 1000.0
+        self._written: tuple = (None, 0.0)  # (state key, monotonic time) of the file's last write
         self.extra = dict(extra or {})  # e.g. the control agent's address and token
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self._last: dict[tuple[int, int], str] = {}
@@ -158,19 +171,37 @@ class RailMonitor:
     def _write(self, snap: dict) -> None:
         if not self.status_path:
             return
+        # One write of the whole text: json.dump into a file object wrote it in hundreds of small
+        # pieces, about 1 ms of CPU per sample at nice -10, taken from a rank's collectives.
+        data = json.dumps(snap).encode()
         tmp = f"{self.status_path}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the agent token
-        with os.fdopen(fd, "w") as f:
-            json.dump(snap, f)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
         os.replace(tmp, self.status_path)
+        self._written = (_state_key(snap), time.monotonic())
+
+    def _write_if_due(self, snap: dict) -> None:
+        """The periodic sample's write: at once when anything a reader acts on changed (states,
+        events, errors, decisions), else once per R2CC_STATUS_REFRESH_MS (counters, byte totals):
+        rewriting the file every 100 ms cost each rank ~1% of a core and, in its collectives, the
+        slowest 1% of calls (4-64 KiB all_reduce p99 2.3-2.7x Open MPI's with it, 1.3-1.9x without)."""
+        key, at = self._written
+        if key != _state_key(snap) or time.monotonic() - at >= self.refresh_s:
+            self._write(snap)
 
     def refresh_now(self) -> dict:
         """Sample at once (after an operator action, so its outcome is visible immediately)."""
+        return self._refresh(self._write)
+
+    def _refresh(self, write) -> dict:
         with self._sample_lock:
             snap = self._sample()
             with self._lock:
                 self._snapshot = snap
-        self._write(snap)
+        write(snap)
         return snap
 
     def _run(self) -> None:
@@ -178,7 +209,7 @@ class RailMonitor:
         raise_thread_priority(envs.get("R2CC_CONTROL_NICE"))  # the agent logs it when not allowed
         while not self._stop.wait(self.interval_s):
             try:
-                self.refresh_now()
+                self._refresh(self._write_if_due)
             except Exception as exc:  # the monitor must never take the worker down
                 log.debug("r2cc monitor sample failed: %s", exc)
 

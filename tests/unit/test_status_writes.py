@@ -1,0 +1,104 @@
+"""The rail monitor rewrites its status file at once for a state change, and only now and then for
+counters alone (each rewrite costs a rank CPU beside its collectives). The communicator is a fake
+with the same read-only surface; the monitor, its thread and the file are real."""
+
+import json
+import os
+import threading
+import time
+
+from r2cc_serve.health.monitor import RailMonitor
+
+
+class FakeComm:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.state = "up"
+        self.calls = 0
+
+    def rail_stats(self):
+        with self.lock:
+            self.calls += 1
+            return [{"peer": 1, "rail": r, "address": f"10.0.{r}.1", "state": self.state if r == 0 else "up",
+                     "last_error": "", "hold_reason": "", "last_detect_s": 0.0, "fallback": False,
+                     "bytes_sent": self.calls * 4096, "failovers": 0} for r in range(2)]
+
+    def peer_stats(self):
+        return [{"peer": 1, "stalled": False, "closed": False}]
+
+    def error(self):
+        return ""
+
+    def error_kind(self):
+        return ""
+
+    def counters(self):
+        return {"calls": self.calls}
+
+    def plan_info(self):
+        return {}
+
+    def duration_histogram(self):
+        return {}
+
+
+def _watch_writes(monitor):
+    writes = []
+    real = monitor._write
+
+    def counted(snap):
+        real(snap)
+        writes.append(time.monotonic())
+    monitor._write = counted
+    return writes
+
+
+def _wait(pred, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_counters_alone_wait_for_the_refresh_a_state_change_is_written_at_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("R2CC_STATUS_REFRESH_MS", "600")
+    comm = FakeComm()
+    monitor = RailMonitor(comm, "g", 0, 0, str(tmp_path), 0.01, "h0", state_dir="")
+    writes = _watch_writes(monitor)
+    path = os.path.join(str(tmp_path), "g-rank0.json")
+    monitor.start()
+    try:
+        assert os.path.exists(path)  # written at start
+        started = comm.calls
+        time.sleep(0.3)  # ~30 samples, the counters changing in every one
+        assert comm.calls - started >= 10, "the monitor did not sample"
+        assert len(writes) <= 2, f"{len(writes)} writes in 0.3 s with only counters changing"
+
+        with comm.lock:
+            comm.state = "down"
+        t0 = time.monotonic()
+        assert _wait(lambda: json.load(open(path))["rails"][0]["state"] == "down", 2.0)
+        assert time.monotonic() - t0 < 0.5, "a state change waited for the periodic refresh"
+
+        # counters alone still reach the file, once per refresh period
+        n = len(writes)
+        assert _wait(lambda: len(writes) > n, 2.0)
+        calls_in_file = json.load(open(path))["counters"]["calls"]
+        assert calls_in_file > started
+    finally:
+        monitor.stop()
+    assert not os.path.exists(path)
+
+
+def test_an_operator_refresh_always_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("R2CC_STATUS_REFRESH_MS", "60000")
+    comm = FakeComm()
+    monitor = RailMonitor(comm, "g", 1, 0, str(tmp_path), 10.0, "h0", state_dir="")
+    writes = _watch_writes(monitor)
+    monitor.refresh_now()
+    monitor.refresh_now()
+    assert len(writes) == 2
+    doc = json.load(open(os.path.join(str(tmp_path), "g-rank1.json")))
+    assert doc["counters"]["calls"] == comm.calls
