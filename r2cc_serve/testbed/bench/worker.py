@@ -33,7 +33,7 @@ import torch
 
 from r2cc_serve import envs
 from r2cc_serve.testbed.bench import data
-from r2cc_serve.testbed.bench.backends import make_backend, rail_tx_bytes
+from r2cc_serve.testbed.bench.backends import RailTxCounters, make_backend
 from r2cc_serve.testbed.bench.spec import format_size
 
 RECOVERY_WAIT_S = 15.0
@@ -104,6 +104,7 @@ class Worker:
     def __init__(self, cfg: dict, rank: int):
         self.cfg, self.rank, self.world = cfg, rank, cfg["world"]
         self.rails, self.op, self.backend_name = cfg["rails"], cfg["op"], cfg["backend"]
+        self.rail_tx = RailTxCounters(self.rails)
         self.path = os.path.join(cfg["out_dir"], f"{cfg['launch']}-rank{rank}.json")
         self.results = {"rank": rank, "pid": os.getpid(), "tasks": [], "error": None}
         self.save()
@@ -253,8 +254,9 @@ class Worker:
                     runner.reset()
                     b.barrier()
                     # Read after the barrier, so the rails' shares and r2cc's re-sends are the timed
-                    # call's alone. (Read before it, the tail was no different: 4 launches.)
-                    tx0, resent0, fo0 = rail_tx_bytes(self.rails), b.resent_bytes(), b.failovers()
+                    # call's alone; cheaply, and alike for every backend, as a rank slow here
+                    # starts the timed call late and its peer's time counts the wait.
+                    tx0, (resent0, fo0) = self.rail_tx.read(), b.repairs()
                     a["starts"].append(time.time())
                     ru0 = resource.getrusage(resource.RUSAGE_THREAD)
                     t0, c0 = time.perf_counter(), time.process_time()
@@ -263,9 +265,10 @@ class Worker:
                     a["switches"].append(call_switches(ru0, resource.getrusage(resource.RUSAGE_THREAD)))
                     # the OS's user + system time of every thread of this rank (library threads too)
                     a["cpu"] += time.process_time() - c0
-                    a["tx"] = [x + y - z for x, y, z in zip(a["tx"], rail_tx_bytes(self.rails), tx0)]
-                    a["resent"] += b.resent_bytes() - resent0
-                    a["failovers"] += b.failovers() - fo0
+                    resent1, fo1 = b.repairs()
+                    a["tx"] = [x + y - z for x, y, z in zip(a["tx"], self.rail_tx.read(), tx0)]
+                    a["resent"] += resent1 - resent0
+                    a["failovers"] += fo1 - fo0
                     if i == iters - 1:
                         last[k] = data.compare(out, ref)
             counts = {k: v - counts0[k] for k, v in b.wait_counts().items()}
