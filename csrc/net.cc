@@ -292,6 +292,11 @@ int send_space(int fd, int size) {
   return (size > 0 ? size : send_buffer_size(fd)) - queued;
 }
 
+int bytes_unacked(int fd) {
+  int queued = 0;
+  return ioctl(fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
+}
+
 IoResult send_small_nonblocking(int fd, const void* buf, size_t n) {
   ssize_t w = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (w == ssize_t(n)) return {};

@@ -114,6 +114,8 @@ int bytes_readable(int fd);
 std::string raise_thread_priority();
 // Free space in the socket's send buffer (0 on error).
 int send_space(int fd, int size = 0);  // size: the socket's SO_SNDBUF if known (saves a call)
+// Bytes written on the socket that the peer's kernel has not acknowledged yet (-1 on error).
+int bytes_unacked(int fd);
 int send_buffer_size(int fd);  // SO_SNDBUF: the limit on bytes queued in the socket
 // Writes a small buffer without blocking: kOk when all of it went out, kBlocked when none did
 // (buffer full; nothing written), kError on a socket error or a partial write (kOther).

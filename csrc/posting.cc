@@ -210,6 +210,12 @@ void Transport::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t
   due.swap(hedges_due_);
   for (auto& m : due) {
     if (m->done || m->acked[0] || m->on_rail[0] < 0 || m->hedge_rail >= 0) continue;  // needs no copy
+    // The peer's kernel acknowledged every byte on the first copy's socket: the message waits
+    // in the peer's socket, the peer is late, not the rail, and a copy would only cost it a
+    // second read when it comes (should the rail fail before that, failover re-sends it).
+    // (Idle lab, 4-64 KiB all_reduce: copies in 4-11% of calls before, 4-7% after.)
+    const Conn& first = *peers_[m->peer]->conns[size_t(m->on_rail[0])];
+    if (first.fd >= 0 && is_connected(first.state) && !first.writing && bytes_unacked(first.fd) == 0) continue;
     // Not due yet, or no second rail free right now (busy, or the only one): tried again later.
     if (m->posted_ns >= posted_before_ns || !error_.empty() ||
         !try_send_inline(*peers_[m->peer], Chunk{m, 0}, lk, InlineSend::kHedge))
