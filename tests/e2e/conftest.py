@@ -141,9 +141,9 @@ def assert_serves_reference_tokens_over_every_rail(dep, reference) -> None:
     from r2cc_serve.testbed.serving import evidence
     from r2cc_serve.testbed.serving.load import compare, run_load
 
-    before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    before = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
     run = run_load(dep.url, dep.model, LOAD)
-    after = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    after = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
     assert not run.failed, run.summary()
     assert compare(reference, run) == []
     sent = evidence.diff_totals(before, after)

@@ -52,7 +52,7 @@ def _stall_events(dep) -> list[dict]:
 
 def _stopped_while_streaming(dep, reference, stop_s: float) -> None:
     pid = _worker_pid(dep, 1)
-    before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    before = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
     stalls_before = len(_stall_events(dep))
     spec = dataclasses.replace(LOAD, duration_s=stop_s + 8, deadline_s=stop_s + 300)
     out = {}
@@ -72,7 +72,7 @@ def _stopped_while_streaming(dep, reference, stop_s: float) -> None:
     times = [t for r in run.results for t in r.gap_times]
     assert any(t < t_stop for t in times) and any(t > t_cont for t in times), run.summary()
     assert compare(reference, run) == []
-    delta = evidence.diff_totals(before, evidence.rail_totals(evidence.read_status(dep.status_dir)))
+    delta = evidence.diff_totals(before, evidence.rail_totals(evidence.read_status_now(dep.status_dir)))
     assert all(t["failovers"] == 0 and t["chunks_resent"] == 0 for t in delta.values()), delta
     stalls = _stall_events(dep)[stalls_before:]
     assert any(e["to"] == "stalled" and e["peer"] == 1 for e in stalls), stalls

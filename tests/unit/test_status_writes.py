@@ -102,3 +102,24 @@ def test_an_operator_refresh_always_writes(tmp_path, monkeypatch):
     assert len(writes) == 2
     doc = json.load(open(os.path.join(str(tmp_path), "g-rank1.json")))
     assert doc["counters"]["calls"] == comm.calls
+
+
+def test_a_reader_asking_for_fresh_counters_gets_them_at_the_next_sample(tmp_path, monkeypatch):
+    # Byte totals after a short load must be the load's, not up to a refresh period old.
+    from r2cc_serve.testbed.serving.evidence import read_status_now
+
+    monkeypatch.setenv("R2CC_STATUS_REFRESH_MS", "60000")
+    comm = FakeComm()
+    monitor = RailMonitor(comm, "g", 0, 0, str(tmp_path), 0.02, "h0", state_dir="")
+    monitor.start()
+    try:
+        in_file = json.load(open(os.path.join(str(tmp_path), "g-rank0.json")))["counters"]["calls"]
+        time.sleep(0.2)  # samples move the counters; the file keeps its start-up value
+        assert json.load(open(os.path.join(str(tmp_path), "g-rank0.json")))["counters"]["calls"] == in_file
+        calls_asked = comm.calls
+        t0 = time.monotonic()
+        docs = read_status_now(str(tmp_path))
+        assert time.monotonic() - t0 < 1.0
+        assert docs["g-rank0.json"]["counters"]["calls"] >= calls_asked > in_file
+    finally:
+        monitor.stop()

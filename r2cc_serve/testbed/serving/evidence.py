@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from r2cc_serve.health import loglines
+from r2cc_serve.health.monitor import REFRESH_REQUEST
 
 
 
@@ -92,6 +93,30 @@ class LogWatcher:
 def _parse(line: str, now: float, source: str) -> Transition | None:
     f = loglines.parse_transition(line)
     return None if f is None else Transition(now, source, **f)
+
+
+def read_status_now(status_dir: str, timeout_s: float = 2.0) -> dict[str, dict]:
+    """read_status once every rank has rewritten its file since this call (the monitors refresh
+    counters only once a second unless asked, and byte totals after a load must be the load's):
+    asks through the refresh file, waits up to timeout_s (a rank that does not answer, e.g. a
+    dead one's leftover, is read as it is)."""
+    request = os.path.join(status_dir, REFRESH_REQUEST)
+    try:
+        with open(request, "w"):
+            pass
+        asked_ns = os.stat(request).st_mtime_ns
+    except OSError:
+        return read_status(status_dir)  # no directory yet: nothing to refresh
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        paths = glob.glob(os.path.join(status_dir, "*.json"))
+        try:
+            if all(os.stat(p).st_mtime_ns >= asked_ns for p in paths):
+                break
+        except OSError:
+            pass  # a file being replaced: look again
+        time.sleep(0.02)
+    return read_status(status_dir)
 
 
 def read_status(status_dir: str) -> dict[str, dict]:

@@ -91,7 +91,7 @@ def run_with_fault(dep, spec: FaultSpec, load_spec: LoadSpec, reference: LoadRes
     spec = check_held(spec, dep.lab)
     load_spec = dataclasses.replace(load_spec, duration_s=spec.after_s + spec.hold_s + 3.0)
     targets = spec.target_rails(dep.lab.rails)
-    status_before = evidence.rail_totals(evidence.read_status(dep.status_dir))
+    status_before = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
     with evidence.LogWatcher(dep.logs) as watch:
         with FaultInjector(dep.lab, spec, progress, status_dir=dep.status_dir,
                            during=lambda: health_snapshot(dep)) as injector:
@@ -99,7 +99,7 @@ def run_with_fault(dep, spec: FaultSpec, load_spec: LoadSpec, reference: LoadRes
             injector.wait(timeout_s=spec.after_s + spec.hold_s + 60)
         rec = injector.record
         recovered, recover_s = _wait_recovered(watch, targets, rec)
-        status_after = evidence.read_status(dep.status_dir)
+        status_after = evidence.read_status_now(dep.status_dir)
     end = time.time()
     start = rec.inject_started_at or result.started_at
     # Status-file events carry the monitor's own time stamps; the log watcher is the fallback.

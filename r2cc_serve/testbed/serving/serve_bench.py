@@ -93,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _rail_health(before: dict, dep) -> dict:
     """r2cc only: rails failed over and bytes sent on fallback rails during a round (both 0
     without a fault: a busy CPU must not look like a broken network)."""
-    status = evidence.read_status(dep.status_dir)
+    status = evidence.read_status_now(dep.status_dir)
     delta = evidence.diff_totals(before["rails"], evidence.rail_totals(status))
     if not delta:
         return {}
@@ -167,7 +167,7 @@ def _round(dep, lab, spec: LoadSpec, backend: str):
     interface and (r2cc) rail health."""
     load_before = _loadavg()
     tx_before = _tx_bytes(lab)
-    status = evidence.read_status(dep.status_dir)
+    status = evidence.read_status_now(dep.status_dir)
     health_before = {"rails": evidence.rail_totals(status), "spins": spin_waits(status.values())}
     sids = [p.sid for p in dep.procs]
     cpu_before = sessions_cpu_s(sids)

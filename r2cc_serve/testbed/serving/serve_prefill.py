@@ -169,7 +169,7 @@ def _deployment_round(lab, model: str, schedule: str, holds, spec: LoadSpec, arg
             out = sum(r.get("state") != "up" for doc in held.values() for r in doc.get("rails") or [])
             load0 = os.getloadavg()[0]
             res = run_load(dep.url, dep.model, spec)
-            status = evidence.read_status(dep.status_dir)
+            status = evidence.read_status_now(dep.status_dir)
         finally:
             for h in injected:
                 lab.repair(h)
