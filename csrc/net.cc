@@ -286,15 +286,15 @@ int send_buffer_size(int fd) {
   return getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &len) == 0 ? size : 0;
 }
 
-int send_space(int fd, int size) {
-  int queued = 0;
-  if (ioctl(fd, SIOCOUTQ, &queued) != 0) return 0;
-  return (size > 0 ? size : send_buffer_size(fd)) - queued;
-}
-
 int bytes_unacked(int fd) {
   int queued = 0;
   return ioctl(fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
+}
+
+int send_space(int fd, int size) {
+  const int queued = bytes_unacked(fd);
+  if (queued < 0) return 0;
+  return (size > 0 ? size : send_buffer_size(fd)) - queued;
 }
 
 IoResult send_small_nonblocking(int fd, const void* buf, size_t n) {

@@ -46,8 +46,8 @@ def _watch_writes(monitor):
     writes = []
     real = monitor._write
 
-    def counted(snap):
-        real(snap)
+    def counted(snap, *key):
+        real(snap, *key)
         writes.append(time.monotonic())
     monitor._write = counted
     return writes

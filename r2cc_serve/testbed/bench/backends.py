@@ -95,9 +95,6 @@ class R2ccBackend:
         c = self.comm.counters()
         return int(c["bytes_resent"]), int(c["failovers"])
 
-    def failovers(self) -> int:
-        return int(self.comm.counters()["failovers"])
-
     def wait_counts(self) -> dict[str, int]:
         """How the transport's waits and writes went so far (WAIT_COUNTS): waits that spun and got
         their bytes, spun for nothing, or slept at once (CPU pressure); chunks a rail's writer
@@ -140,9 +137,6 @@ class _PeerBackend:
 
     def repairs(self) -> tuple[int, int]:
         return 0, 0
-
-    def failovers(self) -> int:
-        return 0
 
     def wait_counts(self) -> dict[str, int]:
         return {}
