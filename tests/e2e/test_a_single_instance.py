@@ -24,4 +24,4 @@ def test_r2cc_serves_the_same_tokens_as_the_default_backend(dep, reference):
 
 def test_rail_down_during_generation(dep, reference):
     out = run_with_fault(dep, FaultSpec("down", host=1, rail=2, after_s=2, hold_s=4), LOAD, reference)
-    assert out.problems() == [], out.summary()
+    assert out.problems() == [], out.report()

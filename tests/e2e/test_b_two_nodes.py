@@ -38,12 +38,12 @@ def test_two_nodes_serve_the_same_tokens_as_the_default_backend(dep, reference):
 ])
 def test_fault_during_generation(dep, reference, kind, host, rail):
     out = run_with_fault(dep, FaultSpec(kind, host=host, rail=rail, after_s=2, hold_s=4), LOAD, reference)
-    assert out.problems() == [], out.summary()
+    assert out.problems() == [], out.report()
 
 
 def test_all_rails_of_one_host_down_fallback_keeps_serving(dep, reference):
     out = run_with_fault(dep, FaultSpec("all-down", host=0, after_s=2, hold_s=5), LOAD, reference)
-    assert out.problems() == [], out.summary()
+    assert out.problems() == [], out.report()
     mid = out.record.mid_fault
     assert mid["vllm_health"] == 200, mid
     assert {r["status"] for r in mid["r2cc"].values()} == {"degraded"}, mid

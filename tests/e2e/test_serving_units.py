@@ -9,7 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from r2cc_serve.testbed.serving import evidence
+from r2cc_serve.testbed.faults import FaultSpec
+from r2cc_serve.testbed.serving import evidence, fault_run
+from r2cc_serve.testbed.serving.fault_hold import FaultRecord
 from r2cc_serve.testbed.serving.load import LoadSpec, compare, percentile, run_load
 
 NEEDS = "nothing"
@@ -108,6 +110,46 @@ def test_status_events_become_transitions():
     (t,) = evidence.status_transitions(status)
     assert (t.rail, t.old, t.new, t.detect_s) == (1, "up", "down", 0.06)
     assert evidence.rail_totals(status)[1]["failovers"] == 1
+
+
+class _Watcher:
+    """Stands in for LogWatcher: the transitions a test appends."""
+
+    def __init__(self, transitions):
+        self.transitions = transitions
+
+    def between(self, start=None, end=None):
+        return list(self.transitions)
+
+
+def _rail3(t, old, new):
+    return evidence.Transition(t, "log", "tp:0", 0, 3, 1, old, new, "")
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_recovery_wait_follows_a_flap_hold_and_only_a_hold(tmp_path, monkeypatch, held):
+    """A rail held out by flap dampening past the plain wait still counts as recovered when it
+    returns as its hold ends; a rail not held gets the plain wait and no more."""
+    monkeypatch.setattr(fault_run, "RECOVER_WAIT_S", 0.3)
+    monkeypatch.setattr(fault_run, "RECOVER_HELD_MAX_S", 10.0)
+    now = time.time()
+    rail = {"rail": 3, "state": "held" if held else "down", "hold_left_s": 1.0 if held else 0.0,
+            "hold_reason": "flapping" if held else "", "holds": 1, "loss_holds": 0, "flap_failures": 8}
+    (tmp_path / "tp_0-rank0.json").write_text(json.dumps({"rank": 0, "rails": [rail]}))
+    transitions = [_rail3(now - 1, "up", "down"), _rail3(now - 0.5, "down", "held" if held else "down")]
+    threading.Timer(1.2, lambda: transitions.append(_rail3(time.time(), "held", "up"))).start()
+    rec = FaultRecord(FaultSpec("flap", host=0, rail=3), inject_started_at=now - 2, injected_at=now - 2,
+                      restored_at=now)
+    recovered, took, last = fault_run._wait_recovered(_Watcher(transitions), [3], rec, str(tmp_path))
+    waited = time.time() - now
+    time.sleep(1.3 - (time.time() - now))  # the timer has run either way
+    assert recovered is held
+    if held:
+        assert 1.0 <= took < 3.0
+    else:
+        assert waited < 1.0  # gave up at the plain wait, did not wait for the rail
+        why = fault_run._unrecovered(last, evidence.read_status(str(tmp_path)), [3])
+        assert "down" in why["rank0 rail3 last logged"] and "failures 8" in why["rank0 rail3 status file"]
 
 
 def test_spin_waits_sum_the_workers_and_keep_the_highest_pressure():

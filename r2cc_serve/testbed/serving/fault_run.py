@@ -11,6 +11,7 @@ the rail breaks and when it comes back.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +21,11 @@ from r2cc_serve.testbed.serving.fault_hold import FaultInjector, FaultRecord, ch
 from r2cc_serve.testbed.serving.load import LoadResult, LoadSpec, compare, run_load
 
 RECOVER_WAIT_S = 20.0  # a restored rail is probed every 200 ms; stale ARP can add ~1 s
+# A rail that flapped is held out on purpose (flap dampening: R2CC_FLAP_HOLD_S after its last
+# failure, doubled for each new hold while its penalty is high, restarted by a failure or loss
+# seen during the hold): while a status file shows it held, the wait follows the hold's time
+# left, up to this long after the restore.
+RECOVER_HELD_MAX_S = 90.0
 
 
 @dataclass
@@ -37,6 +43,8 @@ class FaultOutcome:
     recovered: bool
     tokens_during_fault: int             # tokens streamed while the fault was active
     status_delta: dict[int, dict] = field(default_factory=dict)  # per rail, from status files
+    # Not recovered: what each broken (rank, rail) last logged, and what the status files say now
+    unrecovered: dict[str, str] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """Why this run does not show lossless failover ([] when it does)."""
@@ -59,7 +67,8 @@ class FaultOutcome:
             if still_up:
                 out.append(f"halfway through the fault rail(s) {still_up} were still 'up' on every rank")
         if not self.recovered:
-            out.append(f"rail(s) {self.target_rails} not back up within {RECOVER_WAIT_S:.0f} s of the restore")
+            out.append(f"rail(s) {self.target_rails} not back up within {RECOVER_WAIT_S:.0f} s of the restore "
+                       f"(or of the end of a flap hold, {RECOVER_HELD_MAX_S:.0f} s at most)")
         return out + self._overlap_problems()
 
     def _overlap_problems(self) -> list[str]:
@@ -69,6 +78,10 @@ class FaultOutcome:
 
     def _went_down(self) -> bool:
         return any(t.old == "up" and t.new != "up" for t in self.faulted)
+
+    def report(self) -> str:
+        """summary() as indented JSON, whole (a test's failure message: a dict there is cut short)."""
+        return json.dumps(self.summary(), indent=1, default=str)
 
     def summary(self) -> dict:
         s = self.load.summary()
@@ -82,6 +95,8 @@ class FaultOutcome:
         })
         if self.status_delta:
             s["rails"] = self.status_delta
+        if self.unrecovered:
+            s["unrecovered"] = self.unrecovered
         return s
 
 
@@ -98,8 +113,9 @@ def run_with_fault(dep, spec: FaultSpec, load_spec: LoadSpec, reference: LoadRes
             result = run_load(dep.url, dep.model, load_spec)
             injector.wait(timeout_s=spec.after_s + spec.hold_s + 60)
         rec = injector.record
-        recovered, recover_s = _wait_recovered(watch, targets, rec)
+        recovered, recover_s, last_logged = _wait_recovered(watch, targets, rec, dep.status_dir)
         status_after = evidence.read_status_now(dep.status_dir)
+    unrecovered = {} if recovered else _unrecovered(last_logged, status_after, targets)
     end = time.time()
     start = rec.inject_started_at or result.started_at
     # Status-file events carry the monitor's own time stamps; the log watcher is the fallback.
@@ -116,6 +132,7 @@ def run_with_fault(dep, spec: FaultSpec, load_spec: LoadSpec, reference: LoadRes
         recover_s=recover_s, recovered=recovered,
         tokens_during_fault=len(result.gaps(rec.injected_at, rec.restored_at)) if rec.injected_at else 0,
         status_delta=evidence.diff_totals(status_before, totals_after) if totals_after else {},
+        unrecovered=unrecovered,
     )
 
 
@@ -133,22 +150,52 @@ def health_snapshot(dep) -> dict:
     return {"vllm_health": code, "r2cc": ranks}
 
 
-def _wait_recovered(watch: evidence.LogWatcher, targets: list[int], rec: FaultRecord) -> tuple[bool, float | None]:
-    """Wait until every (rank, rail) of the broken rails that left "up" is "up" again."""
+def _wait_recovered(watch: evidence.LogWatcher, targets: list[int], rec: FaultRecord,
+                    status_dir: str | None) -> tuple[bool, float | None, dict[tuple[int, int], evidence.Transition]]:
+    """Wait until every (rank, rail) of the broken rails that left "up" is "up" again; also
+    returns each one's last logged transition."""
+    last: dict[tuple[int, int], evidence.Transition] = {}
     if rec.restored_at is None:
-        return False, None
+        return False, None, last
     deadline = rec.restored_at + RECOVER_WAIT_S
     while True:
-        last: dict[tuple[int, int], evidence.Transition] = {}
+        last = {}
         for t in watch.between(rec.inject_started_at):
             if t.rail in targets:
                 last[(t.rank, t.rail)] = t
         if all(t.new == "up" for t in last.values()):
             ups = [t.seen_at for t in last.values()]
-            return True, max(0.0, max(ups) - rec.restored_at) if ups else 0.0
-        if time.time() > deadline:
-            return False, None
+            return True, max(0.0, max(ups) - rec.restored_at) if ups else 0.0, last
+        now = time.time()
+        if now > deadline:
+            held_left = _hold_left_s(status_dir, targets) if status_dir else 0.0
+            if held_left <= 0 or now > rec.restored_at + RECOVER_HELD_MAX_S:
+                return False, None, last
+            deadline = min(now + held_left + 5.0, rec.restored_at + RECOVER_HELD_MAX_S)
         time.sleep(0.2)
+
+
+def _hold_left_s(status_dir: str, targets: list[int]) -> float:
+    """The longest flap or loss hold still running on the broken rails, by the status files."""
+    left = [float(r.get("hold_left_s") or 0) for doc in evidence.read_status(status_dir).values()
+            for r in doc.get("rails") or [] if int(r.get("rail", -1)) in targets and r.get("state") == "held"]
+    return max(left, default=0.0)
+
+
+def _unrecovered(last_logged: dict[tuple[int, int], evidence.Transition], status: dict[str, dict],
+                 targets: list[int]) -> dict[str, str]:
+    """Why a broken rail counts as not back: its last logged change and its state in the status
+    files (what an operator would look at first)."""
+    out = {f"rank{r} rail{k} last logged": f"{t.old} -> {t.new} ({t.reason[:120]})"
+           for (r, k), t in sorted(last_logged.items()) if t.new != "up"}
+    for doc in status.values():
+        for rail in doc.get("rails") or []:
+            if int(rail.get("rail", -1)) in targets and rail.get("state") != "up":
+                out[f"rank{doc.get('rank')} rail{rail.get('rail')} status file"] = (
+                    f"{rail.get('state')}, hold left {rail.get('hold_left_s')} s ({rail.get('hold_reason') or '-'}), "
+                    f"holds {rail.get('holds')}, loss holds {rail.get('loss_holds')}, failures "
+                    f"{rail.get('flap_failures')}, last error {str(rail.get('last_error') or '-')[:120]}")
+    return out
 
 
 def _r(x: float | None) -> float | None:
