@@ -218,15 +218,27 @@ def test_spin_table_shows_both_sides():
 
 
 
-def test_warm_up_runs_until_rank_0_s_time_is_up_and_every_rank_runs_as_many_calls():
-    import time
+def test_warm_up_runs_until_rank_0_s_time_is_up_and_every_rank_runs_as_many_calls(monkeypatch):
+    import threading
 
     from torch.distributed import HashStore
 
+    from r2cc_serve.testbed.bench import worker
     from r2cc_serve.testbed.bench.worker import warm_up
     from tests.comm.harness import run_in_threads
 
-    class Runner:  # a collective's stand-in: 5 ms a call, rank 1 slower than rank 0
+    # Each rank's own clock, moved only by its calls: the count then follows from the rule, not
+    # from how a busy box happens to schedule real sleeps (which made it 36 instead of 40 once).
+    clock = threading.local()
+
+    class FakeTime:
+        @staticmethod
+        def monotonic():
+            return getattr(clock, "now", 0.0)
+
+    monkeypatch.setattr(worker, "time", FakeTime)
+
+    class Runner:  # a collective's stand-in: 1/16 s a call on rank 0, twice that on rank 1
         def __init__(self, rank):
             self.rank, self.calls = rank, 0
 
@@ -235,12 +247,12 @@ def test_warm_up_runs_until_rank_0_s_time_is_up_and_every_rank_runs_as_many_call
 
         def run(self):
             self.calls += 1
-            time.sleep(0.005 * (1 + self.rank))
+            clock.now = getattr(clock, "now", 0.0) + 0.0625 * (1 + self.rank)
 
     store = HashStore()
     runners = [Runner(0), Runner(1)]
-    t0 = time.monotonic()
-    runs = run_in_threads(lambda r: warm_up(runners[r], 4, 0.2, r, store, "warm/1"))
-    assert runs[0] == runs[1] == runners[0].calls == runners[1].calls >= 0.2 / 0.005, runs  # one count
-    assert runs[0] % 4 == 0 and time.monotonic() - t0 >= 0.2
+    runs = run_in_threads(lambda r: warm_up(runners[r], 4, 1.0, r, store, "warm/1"))
+    # Rank 0 reaches 1 s after 4 batches of 4 calls; rank 1 (2 s by its own clock by then) makes
+    # as many, neither fewer (its own time was up after 2 batches) nor more.
+    assert runs == [16, 16] and runners[0].calls == runners[1].calls == 16, runs
     assert run_in_threads(lambda r: warm_up(Runner(r), 3, 0.0, r, store, "warm/2")) == [3, 3]  # calls only
