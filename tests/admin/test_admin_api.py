@@ -107,9 +107,18 @@ def test_admin_rails_actions_errors_metrics(admin):
     api, auth = base + "/r2cc/v1", {"Authorization": f"Bearer {TOKEN}"}
     # One kept-alive client, as a dashboard would poll (a new client per call costs ~80 ms of CPU).
     c = httpx.Client(timeout=5)
-    rails = c.get(api + "/rails").json()["rails"]
-    assert sorted({r["host"] for r in rails}) == ["rank0", "rank1"] and len(rails) == 6
-    assert all(r["state"] == "up" for r in rails), rails
+    # The group's first status files come before every rail has finished its handshake (on a
+    # busy box a rail was still coming up when the server first answered): wait for them, then
+    # check that coming up cost no failover.
+    deadline = time.time() + 20
+    while True:
+        rails = c.get(api + "/rails").json()["rails"]
+        if all(r["state"] == "up" for r in rails) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    brief = [(r["host"], r["rail"], r["state"], r.get("failovers"), r.get("last_error")) for r in rails]
+    assert sorted({r["host"] for r in rails}) == ["rank0", "rank1"] and len(rails) == 6, brief
+    assert all(r["state"] == "up" and r.get("failovers") == 0 for r in rails), brief
     assert c.get(api + "/health").json()["status"] == "ok"  # no fault: no false "degraded"
 
     # errors: auth, unknown host/rail, malformed
