@@ -110,12 +110,8 @@ def test_admin_rails_actions_errors_metrics(admin):
     # The group's first status files come before every rail has finished its handshake (on a
     # busy box a rail was still coming up when the server first answered): wait for them, then
     # check that coming up cost no failover.
-    deadline = time.time() + 20
-    while True:
-        rails = c.get(api + "/rails").json()["rails"]
-        if all(r["state"] == "up" for r in rails) or time.time() > deadline:
-            break
-        time.sleep(0.1)
+    _rail_states_once(c, api, lambda st: all(v == "up" for v in st.values()), time.time(), within=20)
+    rails = c.get(api + "/rails").json()["rails"]
     brief = [(r["host"], r["rail"], r["state"], r.get("failovers"), r.get("last_error")) for r in rails]
     assert sorted({r["host"] for r in rails}) == ["rank0", "rank1"] and len(rails) == 6, brief
     assert all(r["state"] == "up" and r.get("failovers") == 0 for r in rails), brief

@@ -137,12 +137,13 @@ def test_recovery_wait_follows_a_flap_hold_and_only_a_hold(tmp_path, monkeypatch
             "hold_reason": "flapping" if held else "", "holds": 1, "loss_holds": 0, "flap_failures": 8}
     (tmp_path / "tp_0-rank0.json").write_text(json.dumps({"rank": 0, "rails": [rail]}))
     transitions = [_rail3(now - 1, "up", "down"), _rail3(now - 0.5, "down", "held" if held else "down")]
-    threading.Timer(1.2, lambda: transitions.append(_rail3(time.time(), "held", "up"))).start()
+    comes_back = threading.Timer(1.2, lambda: transitions.append(_rail3(time.time(), "held", "up")))
+    comes_back.start()
     rec = FaultRecord(FaultSpec("flap", host=0, rail=3), inject_started_at=now - 2, injected_at=now - 2,
                       restored_at=now)
     recovered, took, last = fault_run._wait_recovered(_Watcher(transitions), [3], rec, str(tmp_path))
     waited = time.time() - now
-    time.sleep(1.3 - (time.time() - now))  # the timer has run either way
+    comes_back.join()
     assert recovered is held
     if held:
         assert 1.0 <= took < 3.0
