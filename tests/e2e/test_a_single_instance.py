@@ -1,21 +1,20 @@
-"""Deployment (a): one vLLM, TP=2, rank r's rails in lab host r, r2cc backend."""
+"""Deployment (a): one vLLM, TP=2, rank r's rails in lab host r, r2cc backend (the shared
+r2cc_single deployment of conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.testbed.serving.deploy import single_instance
 from r2cc_serve.testbed.serving.fault_hold import FaultSpec
 from r2cc_serve.testbed.serving.fault_run import run_with_fault
-from tests.comm.harness import free_port
-from tests.e2e.conftest import LOAD, SERVE_ARGS, assert_serves_reference_tokens_over_every_rail
+from tests.e2e.conftest import LOAD, assert_serves_reference_tokens_over_every_rail
+
+USES_SHARED_DEPLOYMENT = True
 
 
 @pytest.fixture(scope="module")
-def dep(lab, model_dir, session, reference):  # reference first: one deployment at a time
-    with single_instance(lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS) as d:
-        session.deployments.append(d)
-        yield d
+def dep(r2cc_single):
+    return r2cc_single
 
 
 def test_r2cc_serves_the_same_tokens_as_the_default_backend(dep, reference):

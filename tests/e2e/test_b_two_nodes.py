@@ -2,7 +2,8 @@
 
 Every fault is injected while 4 streams decode; outputs must equal the fault-free reference
 of vLLM's default backend, no request may fail, and the r2cc workers must show the broken
-rail leaving service (status files / logs) and coming back.
+rail leaving service (status files / logs) and coming back. The shared r2cc_two_nodes
+deployment of conftest.py.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ from __future__ import annotations
 import pytest
 
 from r2cc_serve.testbed.serving import evidence
-from r2cc_serve.testbed.serving.deploy import two_nodes
 from r2cc_serve.testbed.serving.fault_hold import FaultSpec
 from r2cc_serve.testbed.serving.fault_run import run_with_fault
-from tests.e2e.conftest import LOAD, SERVE_ARGS, assert_serves_reference_tokens_over_every_rail
+from tests.e2e.conftest import LOAD, assert_serves_reference_tokens_over_every_rail
+
+USES_SHARED_DEPLOYMENT = True
 
 
 @pytest.fixture(scope="module")
-def dep(lab, model_dir, session, reference):
-    with two_nodes(lab, model_dir, backend="r2cc", port=8320, extra_args=SERVE_ARGS) as d:
-        session.deployments.append(d)
-        yield d
+def dep(r2cc_two_nodes):
+    return r2cc_two_nodes
 
 
 def test_two_nodes_serve_the_same_tokens_as_the_default_backend(dep, reference):

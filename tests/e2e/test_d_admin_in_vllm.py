@@ -11,9 +11,9 @@ Deployment (b), two vLLM nodes (TestTwoNodes): node 1's workers reach node 0's A
 only through vLLM's worker RPC and the management network; a drain of a node-1 rail must
 show the same way, with node 1's metrics on node 0's /metrics.
 
-Each class has its own deployment (class scope), so only one vLLM runs at a time. The
-two-node class is marked slow: `pytest -m vllm tests/e2e/test_d_admin_in_vllm.py` runs it,
-the default run (-m 'not slow') leaves it out.
+The classes use conftest.py's shared deployments (r2cc_single, r2cc_two_nodes; one vLLM at a
+time). The two-node class is marked slow: `pytest -m vllm tests/e2e/test_d_admin_in_vllm.py`
+runs it, the default run (-m 'not slow') leaves it out.
 """
 
 from __future__ import annotations
@@ -30,37 +30,24 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from r2cc_serve import envs
 from r2cc_serve.testbed.serving import admin_latency as probe
-from r2cc_serve.testbed.serving.deploy import single_instance, two_nodes
 from r2cc_serve.testbed.serving.load import compare, run_load
-from tests.comm.harness import free_port
-from tests.e2e.conftest import LOAD, SERVE_ARGS
+from tests.e2e.conftest import ADMIN_TOKEN as TOKEN
+from tests.e2e.conftest import LOAD
 
-TOKEN = "e2e-admin-token"
+USES_SHARED_DEPLOYMENT = True
 VISIBLE_S = 1.0       # an action must show on every rank within this (the issue's bound)
 RECOVER_S = 20.0      # undrain/restore: probing and re-admission, stale ARP included
 HEALTHY = ("up", "slow")  # slow = up, measured slower than a quarter of the best rail
 
 
-def _log_dir(name: str) -> str | None:
-    """R2CC_E2E_LOG_DIR keeps the vLLM logs of these deployments (they explain a failed test)."""
-    root = os.environ.get("R2CC_E2E_LOG_DIR")
-    return os.path.join(root, name) if root else None
+@pytest.fixture(scope="class")
+def dep(r2cc_single):
+    return r2cc_single
 
 
 @pytest.fixture(scope="class")
-def dep(lab, model_dir, session, reference):  # reference first: one deployment at a time
-    with single_instance(lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS,
-                         extra_env={"R2CC_ADMIN_TOKEN": TOKEN}, log_dir=_log_dir("admin-single")) as d:
-        session.deployments.append(d)
-        yield d
-
-
-@pytest.fixture(scope="class")
-def dep2(lab, model_dir, session, reference):
-    with two_nodes(lab, model_dir, backend="r2cc", port=8323, extra_args=SERVE_ARGS,
-                   extra_env={"R2CC_ADMIN_TOKEN": TOKEN}, log_dir=_log_dir("admin-two-nodes")) as d:
-        session.deployments.append(d)
-        yield d
+def dep2(r2cc_two_nodes):
+    return r2cc_two_nodes
 
 
 class Admin:

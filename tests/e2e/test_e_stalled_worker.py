@@ -3,7 +3,8 @@
 `kill -STOP` of the rank-1 worker while requests stream, then `kill -CONT`: no request
 fails, the tokens equal the fault-free reference, no rail is failed over, and rank 0
 reports rank 1 as stalled while it lasts. Also the same stop while idle: the server stays
-healthy and serves afterwards. (Longer stops: -m slow.)"""
+healthy and serves afterwards. (Longer stops: -m slow.) The shared r2cc_single deployment of
+conftest.py."""
 
 from __future__ import annotations
 
@@ -17,17 +18,15 @@ import httpx
 import pytest
 
 from r2cc_serve.testbed.serving import evidence
-from r2cc_serve.testbed.serving.deploy import single_instance
 from r2cc_serve.testbed.serving.load import compare, run_load
-from tests.comm.harness import free_port
-from tests.e2e.conftest import LOAD, SERVE_ARGS
+from tests.e2e.conftest import LOAD
+
+USES_SHARED_DEPLOYMENT = True
 
 
 @pytest.fixture(scope="module")
-def dep(lab, model_dir, session, reference):
-    with single_instance(lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS) as d:
-        session.deployments.append(d)
-        yield d
+def dep(r2cc_single):
+    return r2cc_single
 
 
 def _worker_pid(dep, rank: int) -> int:

@@ -5,7 +5,9 @@ lab, while greedy streams decode.
 A fault-free minute fires no alert; rail 0 of host 0 going down fires R2ccRailDown for that
 rail, and it resolves after the rail returns; every query of the Grafana dashboard parses and
 returns series from this Prometheus, and the panels are drawn from them. Everything (the
-server, its data, the deployment) is stopped and removed afterwards.
+server, its data, the deployment) is stopped and removed afterwards. The deployment is the
+shared r2cc_two_nodes one of conftest.py: Prometheus starts fresh here, so counters raised by
+earlier tests show no increase to the rules.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ import pytest
 
 from r2cc_serve.testbed.observe import dashboard
 from r2cc_serve.testbed.observe.prometheus import PrometheusServer
-from r2cc_serve.testbed.serving.deploy import two_nodes
 from r2cc_serve.testbed.serving.load import run_load
-from tests.comm.harness import free_port
-from tests.e2e.conftest import LOAD, SERVE_ARGS
+from tests.e2e.conftest import LOAD
 
 pytestmark = pytest.mark.requires("prometheus")
+USES_SHARED_DEPLOYMENT = True
 FIRE_WITHIN_S = 30.0   # the rule waits 10 s (for:), then a scrape and an evaluation; goal 15 s
 RESOLVE_WITHIN_S = 60.0
 
@@ -51,17 +52,15 @@ class Load:
 
 
 @pytest.fixture(scope="module")
-def watched(lab, model_dir, session, reference):
-    with two_nodes(lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS,
-                   extra_env={"R2CC_ADMIN_TOKEN": "e2e-prometheus"}) as dep:
-        session.deployments.append(dep)
-        target = dep.url.removeprefix("http://")
-        with PrometheusServer([target], interval_s=1.0) as prom:
-            deadline = time.monotonic() + 30
-            while not prom.targets_up() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert prom.targets_up(), f"Prometheus cannot scrape {target}"
-            yield dep, prom, time.time()
+def watched(r2cc_two_nodes):
+    dep = r2cc_two_nodes
+    target = dep.url.removeprefix("http://")
+    with PrometheusServer([target], interval_s=1.0) as prom:
+        deadline = time.monotonic() + 30
+        while not prom.targets_up() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert prom.targets_up(), f"Prometheus cannot scrape {target}"
+        yield dep, prom, time.time()
 
 
 def _rail_down_alert(prom, host: str, rail: int) -> bool:
