@@ -7,8 +7,8 @@ rank r's rails in lab host r) and `r2cc_two_nodes` (one vLLM node per lab host),
 admin token ADMIN_TOKEN. Only one deployment runs at a time (the box has 2 cores): the tests
 are ordered so that every user of one shared deployment runs in a row (single first, then two
 nodes, then the modules that start their own), asking for the other one stops the first, and a
-module that starts its own deployment stops the shared one first. Each test gets the shared
-deployment settled: every module starts with every rail of every rank up, no hold left by the
+module that starts its own deployment stops the shared one first. Each module gets the shared
+deployment settled: it starts with every rail of every rank up, no hold left by the
 module before (up to SETTLE_TIMEOUT_S, else its first test fails naming the rails).
 
 The model is float32 served with `--dtype float32`: in bfloat16 vLLM's own greedy output
@@ -230,9 +230,7 @@ def wait_settled(dep, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         status = evidence.read_status(dep.status_dir)
-        not_up = {f"rank{doc.get('rank')} rail{r.get('rail')}":
-                  f"{r.get('state')}, hold left {r.get('hold_left_s')} s, last error {str(r.get('last_error') or '-')[:120]}"
-                  for doc in status.values() for r in doc.get("rails") or [] if r.get("state") != "up"}
+        not_up = evidence.rails_not_up(status)
         if status and not not_up:
             return
         if time.monotonic() > deadline:

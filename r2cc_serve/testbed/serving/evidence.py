@@ -146,6 +146,18 @@ def status_transitions(status: dict[str, dict]) -> list[Transition]:
     return sorted(out, key=lambda t: t.seen_at)
 
 
+def rails_not_up(status: dict[str, dict], rails: list[int] | None = None) -> dict[str, str]:
+    """{"rank R railK": why} for every status-file row (of `rails`, default all) not "up": its
+    state, hold time left and reason, holds, loss holds, failures and last error (what an
+    operator would look at first)."""
+    return {f"rank{doc.get('rank')} rail{r.get('rail')}":
+            f"{r.get('state')}, hold left {r.get('hold_left_s')} s ({r.get('hold_reason') or '-'}), "
+            f"holds {r.get('holds')}, loss holds {r.get('loss_holds')}, failures {r.get('flap_failures')}, "
+            f"last error {str(r.get('last_error') or '-')[:120]}"
+            for doc in status.values() for r in doc.get("rails") or []
+            if r.get("state") != "up" and (rails is None or int(r.get("rail", -1)) in rails)}
+
+
 def rail_totals(status: dict[str, dict]) -> dict[int, dict]:
     """Per rail index, summed over workers and peers: bytes_sent, failovers, chunks/bytes_resent."""
     out: dict[int, dict] = {}

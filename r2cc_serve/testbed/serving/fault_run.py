@@ -175,18 +175,11 @@ def _wait_recovered(watch: evidence.LogWatcher, targets: list[int], rec: FaultRe
         time.sleep(0.2)
 
 
-def _target_rails(status: dict[str, dict], targets: list[int]):
-    """(status file, rail row) for every row of the broken rails in the status files."""
-    for doc in status.values():
-        for rail in doc.get("rails") or []:
-            if int(rail.get("rail", -1)) in targets:
-                yield doc, rail
-
-
 def _hold_left_s(status_dir: str, targets: list[int]) -> float:
     """The longest flap or loss hold still running on the broken rails, by the status files."""
-    rows = _target_rails(evidence.read_status(status_dir), targets)
-    return max((float(rail.get("hold_left_s") or 0) for _, rail in rows if rail.get("state") == "held"), default=0.0)
+    left = [float(r.get("hold_left_s") or 0) for doc in evidence.read_status(status_dir).values()
+            for r in doc.get("rails") or [] if int(r.get("rail", -1)) in targets and r.get("state") == "held"]
+    return max(left, default=0.0)
 
 
 def _unrecovered(last_logged: dict[tuple[int, int], evidence.Transition], status: dict[str, dict],
@@ -195,12 +188,7 @@ def _unrecovered(last_logged: dict[tuple[int, int], evidence.Transition], status
     files (what an operator would look at first)."""
     out = {f"rank{r} rail{k} last logged": f"{t.old} -> {t.new} ({t.reason[:120]})"
            for (r, k), t in sorted(last_logged.items()) if t.new != "up"}
-    for doc, rail in _target_rails(status, targets):
-        if rail.get("state") != "up":
-            out[f"rank{doc.get('rank')} rail{rail.get('rail')} status file"] = (
-                f"{rail.get('state')}, hold left {rail.get('hold_left_s')} s ({rail.get('hold_reason') or '-'}), "
-                f"holds {rail.get('holds')}, loss holds {rail.get('loss_holds')}, failures "
-                f"{rail.get('flap_failures')}, last error {str(rail.get('last_error') or '-')[:120]}")
+    out.update({f"{where} status file": why for where, why in evidence.rails_not_up(status, targets).items()})
     return out
 
 
