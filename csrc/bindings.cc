@@ -105,7 +105,8 @@ py::class_<Transport> bind_transport(py::module_& m) {
       .def("error_kind", [](const Transport& tr) { return std::string(error_kind_name(tr.error_kind())); }, gil())
       .def("stats", &Transport::stats, gil())
       .def("peer_stats", &Transport::peer_stats, gil())
-      .def("counters", &Transport::counters, gil());
+      .def("counters", &Transport::counters, gil())
+      .def("state_signature", &Transport::state_signature, gil());
   return t;
 }
 

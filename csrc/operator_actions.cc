@@ -107,6 +107,34 @@ void Transport::restore_rail(int rail) {
 
 // ---- stats -------------------------------------------------------------------
 
+std::string Transport::shown_state_locked(const Conn& c) const {
+  // After an abort no rail carries the group's data, whatever its socket says.
+  return aborted_ ? "aborted" : c.suspect ? "down" : rail_state_name(c.state);
+}
+
+std::string Transport::hold_reason_locked(const Conn& c, int64_t now) const {
+  const Conn::Dampening& d = c.damp;
+  if (d.holding(now)) return d.reason;
+  return d.peer_holds ? "rank " + std::to_string(c.peer) + " holds it out (flapping or losing packets at its end)" : "";
+}
+
+std::string Transport::state_signature() const {
+  // Cheap on purpose (no syscalls, no TCP_INFO): the monitor asks ten times a second, and a
+  // full sample (stats() and the rest) cost a rank 0.15-0.5 ms of CPU each time, taken from a
+  // spinning caller by a thread that runs at a higher priority.
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now = now_ns();
+  std::string out = error_;
+  for (auto& p : peers_) {
+    if (p->rank == rank_) continue;
+    out += "|peer" + std::to_string(p->rank) + (p->stalled_since_ns ? " stalled" : "") + (p->closed ? " closed" : "");
+    for (auto& c : p->conns)
+      out += "|rail" + std::to_string(c->rail) + " " + shown_state_locked(*c) + " " + hold_reason_locked(*c, now) +
+             " " + c->st.last_error;
+  }
+  return out;
+}
+
 std::vector<ConnStats> Transport::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now = now_ns();
@@ -115,15 +143,12 @@ std::vector<ConnStats> Transport::stats() const {
     if (p->rank == rank_) continue;
     for (auto& c : p->conns) {
       ConnStats s = c->st;
-      // After an abort no rail carries the group's data, whatever its socket says.
-      s.state = aborted_ ? "aborted" : c->suspect ? "down" : rail_state_name(c->state);
+      s.state = shown_state_locked(*c);
       s.held = rail_held_[c->rail];
       const Conn::Dampening& d = c->damp;
       s.flap_penalty = flap_penalty_locked(*c, now);
       s.hold_left_s = d.holding(now) ? double(d.hold_until_ns - now) * 1e-9 : 0;
-      s.hold_reason = d.holding(now) ? d.reason
-                      : d.peer_holds ? "rank " + std::to_string(c->peer) + " holds it out (flapping or losing packets at its end)"
-                                     : "";
+      s.hold_reason = hold_reason_locked(*c, now);
       s.retrans_pct = c->loss.pct;
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;

@@ -184,6 +184,10 @@ class Transport {
   std::vector<ConnStats> stats() const;
   std::vector<PeerStats> peer_stats() const;
   Counters counters() const;
+  // What the status file's readers act on at once, as text: the group's error, each peer's
+  // stall and goodbye, each rail's shown state, hold reason and last error. Unchanged text means
+  // nothing of that changed, so the rail monitor skips its full sample (operator_actions.cc).
+  std::string state_signature() const;
 
   // Stops all threads and closes every socket. Idempotent.
   void close();
@@ -258,6 +262,8 @@ class Transport {
   void forgive_locked(Conn& c, const char* why);  // no penalty, no hold (this side)
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
   double flap_penalty_locked(const Conn& c, int64_t now) const;  // decayed to now
+  std::string shown_state_locked(const Conn& c) const;  // the state rail_stats() reports
+  std::string hold_reason_locked(const Conn& c, int64_t now) const;
   int64_t hold_ns_locked(int level) const;  // quiet time the level-th hold in a row asks for
   // The state a connected rail settles in: drained (by either side) before held before up.
   RailState connected_state_locked(const Conn& c) const;

@@ -385,6 +385,11 @@ class Communicator:
     def error(self) -> str:
         return self._t.error()
 
+    def state_signature(self) -> str:
+        """Text that changes whenever the group's error, a peer's stall or goodbye, or a rail's shown
+        state, hold reason or last error does; cheap, for the monitor's check between full samples."""
+        return self._t.state_signature()
+
     def close(self) -> None:
         self.stop_control()
         t = getattr(self, "_t", None)

@@ -68,6 +68,7 @@ class DecisionStore:
         self.path = state_path(state_dir, group, host) if state_dir else None
         self._lock = threading.Lock()
         self._rails: dict[int, dict[str, dict]] = {}
+        self.version = 0  # counts changes: the monitor re-samples when it moves
         if self.path:
             try:
                 os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -110,6 +111,7 @@ class DecisionStore:
 
     def _change(self, edit) -> None:
         with self._lock:
+            self.version += 1
             if not self.path:
                 edit(self._rails)
                 return

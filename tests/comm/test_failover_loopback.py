@@ -20,6 +20,9 @@ def test_drain_stops_new_chunks_both_directions():
         assert r["during"] == 0, res
     assert sum(r["after"] for r in res) > 0, res
     assert all(s in ("draining", "drained") for s in res[0]["states"]), res
+    # the rail monitor's cheap check sees the drain (it re-samples in full only when this moves)
+    before, again, drained = res[0]["signatures"]
+    assert before == again and drained != before, res[0]["signatures"]
 
 
 def test_stranger_is_rejected_and_group_undisturbed():

@@ -142,6 +142,7 @@ def drain_moves_traffic(rank, world, store, opts):
             return sum(s["bytes_sent"] for s in comm.rail_stats() if s["rail"] == rail)
 
         comm.all_reduce(x.clone())
+        signatures = [comm.state_signature(), comm.state_signature()]  # traffic alone leaves it
         store.set(f"drain-ready/{rank}", "1")
         if rank == 0:
             comm.drain_rail(0)
@@ -149,6 +150,7 @@ def drain_moves_traffic(rank, world, store, opts):
         store_barrier(store, "drained", rank, world)
         before = sent_on(0)
         states = [s["state"] for s in comm.rail_stats() if s["rail"] == 0]
+        signatures.append(comm.state_signature())
         for _ in range(5):
             comm.all_reduce(x.clone())
         during = sent_on(0) - before
@@ -159,7 +161,7 @@ def drain_moves_traffic(rank, world, store, opts):
         before = sent_on(0)
         for _ in range(20):  # on loopback rails race for chunks: give rail 0 many chances
             comm.all_reduce(x.clone())
-        return {"during": during, "after": sent_on(0) - before, "states": states,
+        return {"during": during, "after": sent_on(0) - before, "states": states, "signatures": signatures,
                 "states_after": [(s["state"], s["inflight_bytes"], s["bandwidth_Bps"]) for s in comm.rail_stats()]}
     finally:
         comm.close()

@@ -1,6 +1,7 @@
 """The rail monitor rewrites its status file at once for a state change, and only now and then for
-counters alone (each rewrite costs a rank CPU beside its collectives). The communicator is a fake
-with the same read-only surface; the monitor, its thread and the file are real."""
+counters alone (each rewrite costs a rank CPU beside its collectives); between those it does not
+even take a full sample, only the cheap state signature. The communicator is a fake with the same
+read-only surface; the monitor, its thread and the file are real."""
 
 import json
 import os
@@ -11,14 +12,27 @@ from r2cc_serve.health.monitor import RailMonitor
 
 
 class FakeComm:
+    """`calls` moves with traffic (a thread of the fake's own), `samples` counts full samples
+    (rail_stats) and `checks` the monitor's cheap signature reads."""
+
     def __init__(self):
         self.lock = threading.Lock()
         self.state = "up"
-        self.calls = 0
+        self.calls = self.samples = self.checks = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._traffic, daemon=True).start()
+
+    def _traffic(self):
+        while not self._stop.wait(0.005):
+            with self.lock:
+                self.calls += 1
+
+    def stop_traffic(self):
+        self._stop.set()
 
     def rail_stats(self):
         with self.lock:
-            self.calls += 1
+            self.samples += 1
             return [{"peer": 1, "rail": r, "address": f"10.0.{r}.1", "state": self.state if r == 0 else "up",
                      "last_error": "", "hold_reason": "", "last_detect_s": 0.0, "fallback": False,
                      "bytes_sent": self.calls * 4096, "failovers": 0} for r in range(2)]
@@ -29,11 +43,17 @@ class FakeComm:
     def error(self):
         return ""
 
+    def state_signature(self):
+        with self.lock:
+            self.checks += 1
+            return self.state
+
     def error_kind(self):
         return ""
 
     def counters(self):
-        return {"calls": self.calls}
+        with self.lock:
+            return {"calls": self.calls}
 
     def plan_info(self):
         return {}
@@ -71,13 +91,15 @@ def test_counters_alone_wait_for_the_refresh_a_state_change_is_written_at_once(t
     monitor.start()
     try:
         assert os.path.exists(path)  # written at start
-        started = comm.calls
-        time.sleep(0.3)  # ~30 samples, the counters changing in every one
-        assert comm.calls - started >= 10, "the monitor did not sample"
+        checks, samples = comm.checks, comm.samples
+        time.sleep(0.3)  # ~30 checks, the counters changing all the while
+        assert comm.checks - checks >= 10, "the monitor did not check the state"
+        assert comm.samples - samples <= 1, f"{comm.samples - samples} full samples in 0.3 s with only counters changing"
         assert len(writes) <= 2, f"{len(writes)} writes in 0.3 s with only counters changing"
 
         with comm.lock:
             comm.state = "down"
+            calls_at_change = comm.calls
         t0 = time.monotonic()
         assert _wait(lambda: json.load(open(path))["rails"][0]["state"] == "down", 2.0)
         assert time.monotonic() - t0 < 0.5, "a state change waited for the periodic refresh"
@@ -86,15 +108,17 @@ def test_counters_alone_wait_for_the_refresh_a_state_change_is_written_at_once(t
         n = len(writes)
         assert _wait(lambda: len(writes) > n, 2.0)
         calls_in_file = json.load(open(path))["counters"]["calls"]
-        assert calls_in_file > started
+        assert calls_in_file > calls_at_change
     finally:
         monitor.stop()
+        comm.stop_traffic()
     assert not os.path.exists(path)
 
 
 def test_an_operator_refresh_always_writes(tmp_path, monkeypatch):
     monkeypatch.setenv("R2CC_STATUS_REFRESH_MS", "60000")
     comm = FakeComm()
+    comm.stop_traffic()  # the file must show the counters as they are
     monitor = RailMonitor(comm, "g", 1, 0, str(tmp_path), 10.0, "h0", state_dir="")
     writes = _watch_writes(monitor)
     monitor.refresh_now()
@@ -114,7 +138,7 @@ def test_a_reader_asking_for_fresh_counters_gets_them_at_the_next_sample(tmp_pat
     monitor.start()
     try:
         in_file = json.load(open(os.path.join(str(tmp_path), "g-rank0.json")))["counters"]["calls"]
-        time.sleep(0.2)  # samples move the counters; the file keeps its start-up value
+        time.sleep(0.2)  # traffic moves the counters; the file keeps its start-up value
         assert json.load(open(os.path.join(str(tmp_path), "g-rank0.json")))["counters"]["calls"] == in_file
         calls_asked = comm.calls
         t0 = time.monotonic()
@@ -123,3 +147,4 @@ def test_a_reader_asking_for_fresh_counters_gets_them_at_the_next_sample(tmp_pat
         assert docs["g-rank0.json"]["counters"]["calls"] >= calls_asked > in_file
     finally:
         monitor.stop()
+        comm.stop_traffic()
