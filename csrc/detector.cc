@@ -6,9 +6,12 @@
 // we sent that the peer's kernel has not acknowledged for rail_timeout_ms while we kept
 // sending (TCP_INFO) — a dead link or a blackhole. Silence of the peer's process alone is
 // not evidence: a stopped or starved process still has a kernel that acknowledges.
+#include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "net.h"
 #include "transport_internal.h"
@@ -30,44 +33,82 @@ bool host_up_process_gone(IoCause cause) {
 }  // namespace
 
 void Transport::watchdog_loop() {
-  const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
   // With every core busy (e.g. several ranks per host), an ordinary thread can wait
   // hundreds of ms for a CPU; heartbeats must not, or peers see a silent rail.
   if (opt_.watchdog_realtime) raise_thread_priority();
-  int64_t stall_end_ns = 0;
-  // One pass per tick: a fifteenth of the rail timeout, at most 4 ms, at most half a heartbeat
-  // period. At the defaults a 2 ms tick detected idle-rail faults no sooner (28 link-down and
-  // blackhole faults each way: 52-66 ms either way) and cost 37% more watchdog CPU.
-  const int tick_ms = std::max(1, std::min({4, opt_.rail_timeout_ms / 15, opt_.heartbeat_ms / 2}));
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    last_pass_ns_.store(now_ns());
+  }
+  arm_watchdog_timer(last_pass_ns_.load() + watchdog_tick_ns_);
   while (!stopping_) {
-    struct timespec ts{0, tick_ms * 1000000L};
-    const int64_t before = now_ns();
-    nanosleep(&ts, nullptr);
-    sample_cpu_pressure(before);
+    uint64_t expirations;
+    if (read(watchdog_timer_fd_, &expirations, sizeof(expirations)) < 0 && errno != EINTR) {
+      struct timespec ts{0, long(watchdog_tick_ns_)};  // cannot happen; keep ticking regardless
+      nanosleep(&ts, nullptr);
+    }
+    if (stopping_) break;
     std::unique_lock<std::mutex> lk(mu_);
     const int64_t now = now_ns();
-    // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
-    // neither the peers' silence nor their kernels' silence across the stall is evidence.
-    if (now - before > timeout_ns / 2) stall_end_ns = now;
-    rx_readmit_locked(now);
-    for (auto& p : peers_) {
-      if (p->rank == rank_ || p->closed) continue;
-      check_peer_rails_locked(*p, now, stall_end_ns);
-      check_holds_locked(*p, now);
-      for (auto& c : p->conns) {
-        send_heartbeat_locked(*c, *p, now);
-        update_bandwidth_locked(*c, now);
-        check_loss_locked(*p, *c, now);
-      }
-    }
-    // Hedge copies nobody sent while waiting (no collective followed): a message lost on a
-    // dead rail then costs this tick, not the failure detection.
-    send_due_hedges_locked(lk, now - kHedgeStaleNs);
-    const uint64_t held_us = uint64_t(now_ns() - now) / 1000;
-    counters_.watchdog_passes++;
-    counters_.watchdog_locked_us += held_us;
-    counters_.watchdog_pass_max_us = std::max(counters_.watchdog_pass_max_us, held_us);
+    // A caller may have run the pass since the timer was set (and set it again).
+    if (now - last_pass_ns_.load() >= watchdog_tick_ns_ * 9 / 10) watchdog_pass_locked(lk, now);
+    const int64_t next = last_pass_ns_.load() + watchdog_tick_ns_;
+    lk.unlock();
+    arm_watchdog_timer(next);
   }
+}
+
+void Transport::arm_watchdog_timer(int64_t at_ns) {
+  itimerspec its{};
+  at_ns = std::max<int64_t>(at_ns, 1);  // zero would disarm it
+  its.it_value.tv_sec = at_ns / 1000000000;
+  its.it_value.tv_nsec = at_ns % 1000000000;
+  timerfd_settime(watchdog_timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+void Transport::run_due_pass_spinning(int64_t now) {
+  // The caller's core spins anyway: it runs the pass and pushes the watchdog's timer two
+  // ticks past it, so that while callers keep spinning the watchdog does not wake at all (a
+  // caller spinning at some time in the tick after the next pass is due gets there first).
+  // One that stops spinning leaves the passes to the watchdog again, at most a tick late.
+  // A caller takes a pass an eighth of a tick early: the watchdog's timer, set by its own last
+  // pass, fires right when the pass is due, and a caller must have a moment to get there first.
+  const int64_t due = watchdog_tick_ns_ - watchdog_tick_ns_ / 8;
+  if (now - last_pass_ns_.load(std::memory_order_relaxed) < due) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  now = now_ns();
+  if (now - last_pass_ns_.load() < due || stopping_) return;
+  watchdog_pass_locked(lk, now);
+  counters_.caller_watchdog_passes++;
+  lk.unlock();
+  arm_watchdog_timer(now + 2 * watchdog_tick_ns_);
+}
+
+void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t now) {
+  const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
+  // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
+  // neither the peers' silence nor their kernels' silence across the stall is evidence.
+  if (now - last_pass_ns_.load() > timeout_ns / 2) stall_end_ns_ = now;
+  last_pass_ns_.store(now);
+  sample_cpu_pressure(now);
+  rx_readmit_locked(now);
+  for (auto& p : peers_) {
+    if (p->rank == rank_ || p->closed) continue;
+    check_peer_rails_locked(*p, now, stall_end_ns_);
+    check_holds_locked(*p, now);
+    for (auto& c : p->conns) {
+      send_heartbeat_locked(*c, *p, now);
+      update_bandwidth_locked(*c, now);
+      check_loss_locked(*p, *c, now);
+    }
+  }
+  // Hedge copies nobody sent while waiting (no collective followed): a message lost on a
+  // dead rail then costs this tick, not the failure detection.
+  send_due_hedges_locked(lk, now - kHedgeStaleNs);
+  const uint64_t held_us = uint64_t(now_ns() - now) / 1000;
+  counters_.watchdog_passes++;
+  counters_.watchdog_locked_us += held_us;
+  counters_.watchdog_pass_max_us = std::max(counters_.watchdog_pass_max_us, held_us);
 }
 
 int64_t Transport::suspect_after_ns(const PathInfo& pi) const {

@@ -190,6 +190,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
         std::unique_lock<std::mutex> lk(mu_);
         send_due_hedges_locked(lk, INT64_MAX);
       }
+      run_due_pass_spinning(now);  // instead of the watchdog preempting some caller for it
     }
     note_spin(hit);
     if (hit) note_reply(now_ns() - start);

@@ -87,6 +87,7 @@ namespace r2cc {
 //   watchdog_locked_us   time the watchdog's passes took, in total (under the transport lock
 //                        but for the writes of hedge copies, which let it go)
 //   watchdog_pass_max_us the longest of them (a caller that needs the lock waits that long)
+//   caller_watchdog_passes  passes a spinning caller ran itself (counted in watchdog_passes too)
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
@@ -103,7 +104,8 @@ namespace r2cc {
   X(double, cpu_pressure, 0)            \
   X(uint64_t, watchdog_passes, 0)       \
   X(uint64_t, watchdog_locked_us, 0)    \
-  X(uint64_t, watchdog_pass_max_us, 0)
+  X(uint64_t, watchdog_pass_max_us, 0)  \
+  X(uint64_t, caller_watchdog_passes, 0)
 
 // Generators: a member with its initial value; a call f(name, member pointer) of each_field().
 #define R2CC_STATS_MEMBER(type, name, init) type name = init;

@@ -118,6 +118,7 @@ class Counters:
     watchdog_passes: int
     watchdog_locked_us: int
     watchdog_pass_max_us: int
+    caller_watchdog_passes: int
     FIELDS: ClassVar[list[str]]
     def as_dict(self) -> dict[str, int | float]: ...
 

@@ -54,3 +54,21 @@ def test_a_goodbye_is_logged_quietly_and_a_fault_is_not():
     goodbye = [(level, msg) for level, msg in res[0] if "-> down" in msg and "closed its communicator" in msg]
     assert len(goodbye) >= 3, res[0]  # rank 1's rails went down from rank 0's side
     assert all(level == "INFO" for level, _ in goodbye), goodbye
+
+
+def test_spinning_callers_run_the_watchdog_passes_and_it_takes_over_when_they_stop():
+    # spin_max_cpu_pressure 1: a caller spins whatever the host's load. Rank 1 comes late to
+    # every call, so rank 0's caller spins each time. The tick is 4 ms.
+    res = run_ranks(workers.watchdog_passes_while_spinning_and_idle, 2, {"spin_max_cpu_pressure": 1.0}, timeout=120)
+    for r in res:
+        assert r["exact"], r
+        busy, idle = r["busy"], r["idle"]
+        # No pass is lost either way: about one a tick (a caller runs it at most a tick late).
+        assert busy["passes"] >= 0.4 * busy["s"] / 0.004 and idle["passes"] >= 0.6 * idle["s"] / 0.004, r
+        # With no caller the watchdog runs every pass itself.
+        assert idle["by_callers"] == 0 and idle["watchdog_wakeups"] >= 0.6 * idle["s"] / 0.004, r
+    # While a caller spins it runs most passes, and the watchdog thread mostly sleeps: its
+    # real-time wake-up would preempt a caller on a host whose cores all spin.
+    busy = res[0]["busy"]
+    assert busy["by_callers"] >= 0.6 * busy["passes"], res[0]
+    assert busy["watchdog_wakeups"] <= 0.3 * busy["s"] / 0.004, res[0]

@@ -518,6 +518,47 @@ def _thread_switches() -> dict[str, int]:
     return out
 
 
+def watchdog_passes_while_spinning_and_idle(rank, world, store, opts, phase_s=0.6, late_s=100e-6):
+    """Back-to-back small all_reduces for phase_s, rank 1 late_s late to each (busy, so rank 0's
+    caller spins for it every time), then as long idle: the transport's watchdog passes in each
+    phase, how many the callers ran, and how often the watchdog thread itself woke."""
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        x = make_input(rank, 1024, torch.float32)
+        want = reference_reduce([make_input(r, 1024, torch.float32) for r in range(world)], "sum")
+        exact = bits_equal(comm.all_reduce(x.clone()), want)
+
+        def sample():
+            c = comm.counters()
+            return (c["watchdog_passes"], c["caller_watchdog_passes"], _thread_switches()["r2cc-watchdog"],
+                    time.monotonic(), c["spin_hits"], c["spin_misses"], c["spin_skips"])
+
+        def delta(a, b):
+            return {"passes": b[0] - a[0], "by_callers": b[1] - a[1], "watchdog_wakeups": b[2] - a[2], "s": b[3] - a[3],
+                    "spin_hits": b[4] - a[4], "spin_misses": b[5] - a[5], "spin_skips": b[6] - a[6]}
+        store_barrier(store, "busy", rank, world)
+        start, calls = sample(), 0
+        while True:  # every rank makes the same calls: rank 0's clock decides when to stop
+            for _ in range(50):
+                t = time.perf_counter()
+                while rank == 1 and time.perf_counter() - t < late_s:
+                    pass
+                exact &= bits_equal(comm.all_reduce(x.clone()), want)
+            calls += 50
+            if rank == 0:
+                store.set(f"more/{calls}", "1" if time.monotonic() - start[3] < phase_s else "0")
+            if bytes(store.get(f"more/{calls}")) == b"0":
+                break
+        busy = delta(start, sample())
+        start = sample()
+        time.sleep(phase_s)
+        idle = delta(start, sample())
+        store_barrier(store, "idle", rank, world)
+        return {"exact": exact, "calls": calls, "busy": busy, "idle": idle}
+    finally:
+        comm.close()
+
+
 def idle_thread_wakeups(rank, world, store, opts):
     """How often each r2cc thread wakes in a second with every rail up and no traffic; then
     rail 2 fails and must come back (the connector, asleep, is told to dial)."""

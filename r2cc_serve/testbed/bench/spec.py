@@ -28,7 +28,8 @@ _PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 # r2cc's counters a bench entry reports for its timed calls (backends.R2ccBackend.wait_counts)
-WAIT_COUNTS = SPIN_COUNTERS + ("writer_chunks", "handoffs", "hedges", "watchdog_passes", "watchdog_locked_us")
+WAIT_COUNTS = SPIN_COUNTERS + ("writer_chunks", "handoffs", "hedges", "watchdog_passes", "watchdog_locked_us",
+                               "caller_watchdog_passes")
 
 
 def parse_size(text: str) -> int:
