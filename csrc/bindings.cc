@@ -106,7 +106,10 @@ py::class_<Transport> bind_transport(py::module_& m) {
       .def("stats", &Transport::stats, gil())
       .def("peer_stats", &Transport::peer_stats, gil())
       .def("counters", &Transport::counters, gil())
-      .def("state_signature", &Transport::state_signature, gil());
+      .def("state_signature", &Transport::state_signature, gil())
+      .def("wait_state_change", &Transport::wait_state_change, py::arg("seen"), py::arg("poll_ms"),
+           py::arg("timeout_ms"), py::arg("watch_path"), py::arg("watch_since_ns"), gil())
+      .def("interrupt_state_wait", &Transport::interrupt_state_wait, gil());
   return t;
 }
 

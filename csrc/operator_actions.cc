@@ -4,6 +4,8 @@
 // Contract: each action is atomic under the transport lock and returns without waiting for
 // the wire (frames to the peers go out on the rails' writers); a refused action
 // (LastRailError, out_of_range) changes nothing. Stats are copies taken under the lock.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -119,10 +121,14 @@ std::string Transport::hold_reason_locked(const Conn& c, int64_t now) const {
 }
 
 std::string Transport::state_signature() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return state_signature_locked();
+}
+
+std::string Transport::state_signature_locked() const {
   // Cheap on purpose (no syscalls, no TCP_INFO): the monitor asks ten times a second, and a
   // full sample (stats() and the rest) cost a rank 0.15-0.5 ms of CPU each time, taken from a
   // spinning caller by a thread that runs at a higher priority.
-  std::lock_guard<std::mutex> g(mu_);
   const int64_t now = now_ns();
   std::string out = error_;
   for (auto& p : peers_) {
@@ -133,6 +139,39 @@ std::string Transport::state_signature() const {
              " " + c->st.last_error;
   }
   return out;
+}
+
+namespace {
+bool modified_since(const std::string& path, int64_t since_ns) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return false;
+  return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec >= since_ns;
+}
+}  // namespace
+
+std::string Transport::wait_state_change(const std::string& seen, int poll_ms, int timeout_ms,
+                                         const std::string& watch_path, int64_t watch_since_ns) {
+  const int64_t until = now_ns() + int64_t(std::max(0, timeout_ms)) * 1000000;
+  const auto poll = std::chrono::milliseconds(std::max(1, poll_ms));
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    std::string now_seen = state_signature_locked();
+    if (now_seen != seen || state_wait_interrupted_ || stopping_.load() || now_ns() >= until) {
+      state_wait_interrupted_ = false;
+      return now_seen;
+    }
+    lk.unlock();
+    const bool asked = modified_since(watch_path, watch_since_ns);
+    lk.lock();
+    if (asked) return now_seen;
+    state_cv_.wait_for(lk, std::min<std::chrono::nanoseconds>(poll, std::chrono::nanoseconds(until - now_ns())));
+  }
+}
+
+void Transport::interrupt_state_wait() {
+  std::lock_guard<std::mutex> g(mu_);
+  state_wait_interrupted_ = true;
+  state_cv_.notify_all();
 }
 
 std::vector<ConnStats> Transport::stats() const {

@@ -250,6 +250,10 @@ void Transport::close() {
   for (int bell : {wake_fd_, caller_bell_})  // the receive thread and a driving caller return at once
     if (write(bell, &one, sizeof(one)) < 0) {}
   arm_watchdog_timer(now_ns());  // and the watchdog
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    state_cv_.notify_all();  // and a monitor's wait_state_change
+  }
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();

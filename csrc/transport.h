@@ -188,6 +188,13 @@ class Transport {
   // stall and goodbye, each rail's shown state, hold reason and last error. Unchanged text means
   // nothing of that changed, so the rail monitor skips its full sample (operator_actions.cc).
   std::string state_signature() const;
+  // Blocks until the signature differs from `seen`, the file at watch_path (if not empty) was
+  // modified at or after watch_since_ns (wall clock), interrupt_state_wait() is called, or
+  // timeout_ms passes; returns the signature then. It looks every poll_ms without Python's
+  // GIL: the monitor's check in Python took the GIL from the rank's caller ten times a second.
+  std::string wait_state_change(const std::string& seen, int poll_ms, int timeout_ms, const std::string& watch_path,
+                                int64_t watch_since_ns);
+  void interrupt_state_wait();  // the monitor stops: its wait returns at once
 
   // Stops all threads and closes every socket. Idempotent.
   void close();
@@ -270,6 +277,7 @@ class Transport {
   void forgive_locked(Conn& c, const char* why);  // no penalty, no hold (this side)
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
   double flap_penalty_locked(const Conn& c, int64_t now) const;  // decayed to now
+  std::string state_signature_locked() const;
   std::string shown_state_locked(const Conn& c) const;  // the state rail_stats() reports
   std::string hold_reason_locked(const Conn& c, int64_t now) const;
   int64_t hold_ns_locked(int level) const;  // quiet time the level-th hold in a row asks for
@@ -436,6 +444,8 @@ class Transport {
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;  // waiters of ops
+  std::condition_variable state_cv_;  // wait_state_change: interrupt_state_wait() and close()
+  bool state_wait_interrupted_ = false;  // under mu_
   std::condition_variable dial_cv_;  // the connector: a rail it dials went down or was restored, or close()
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<bool> rail_drained_;  // operator drain of this rank's rail

@@ -390,6 +390,17 @@ class Communicator:
         state, hold reason or last error does; cheap, for the monitor's check between full samples."""
         return self._t.state_signature()
 
+    def wait_state_change(self, seen: str, poll_s: float, timeout_s: float, watch_path: str = "",
+                          watch_since_ns: int = 0) -> str:
+        """Block (without the GIL) until state_signature() differs from `seen`, the file watch_path
+        was modified at or after watch_since_ns, interrupt_state_wait() is called or timeout_s
+        passes, looking every poll_s; the signature then."""
+        return self._t.wait_state_change(seen, max(1, round(poll_s * 1000)), max(0, round(timeout_s * 1000)),
+                                         watch_path, int(watch_since_ns))
+
+    def interrupt_state_wait(self) -> None:
+        self._t.interrupt_state_wait()
+
     def close(self) -> None:
         self.stop_control()
         t = getattr(self, "_t", None)

@@ -238,16 +238,38 @@ class RailMonitor:
     def _run(self) -> None:
         # Operator actions wait on _sample_lock, which this thread holds while it samples.
         raise_thread_priority(envs.get("R2CC_CONTROL_NICE"))  # the agent logs it when not allowed
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.is_set():
             try:
-                if not self._sample_due():
-                    continue
-                self._refresh(self._write_if_due)
+                started = time.monotonic()
+                self._wait_for_change()
+                if self._stop.is_set():
+                    break
+                if self._sample_due():
+                    self._refresh(self._write_if_due)
+                elif time.monotonic() - started < self.interval_s / 2:
+                    self._stop.wait(self.interval_s)  # back early for nothing (a closed transport)
             except Exception as exc:  # the monitor must never take the worker down
                 log.debug("r2cc monitor sample failed: %s", exc)
+                self._stop.wait(self.interval_s)
+
+    def _wait_for_change(self) -> None:
+        """Until a full sample may be due: the state signature moved, a reader asked (.refresh)
+        or R2CC_STATUS_REFRESH_MS is up. The transport looks every interval, in C++ without the
+        GIL: the same check in Python took the GIL from the rank's caller ten times a second.
+        Operator actions sample at once themselves (refresh_now), decisions included."""
+        (signature, _version), at = self._sampled
+        left = self.refresh_s - (time.monotonic() - at)
+        if left <= 0:
+            return
+        asked = os.path.join(os.path.dirname(self.status_path), REFRESH_REQUEST) if self.status_path else ""
+        self.comm.wait_state_change(signature, self.interval_s, left, asked, self._written[2])
 
     def stop(self) -> None:
         self._stop.set()
+        try:
+            self.comm.interrupt_state_wait()
+        except Exception as exc:  # a transport already gone: its wait has returned
+            log.debug("r2cc monitor: interrupting its wait failed: %s", exc)
         if self._thread.is_alive():
             self._thread.join(timeout=2)
         if self.status_path:

@@ -72,3 +72,17 @@ def test_spinning_callers_run_the_watchdog_passes_and_it_takes_over_when_they_st
     busy = res[0]["busy"]
     assert busy["by_callers"] >= 0.6 * busy["passes"], res[0]
     assert busy["watchdog_wakeups"] <= 0.3 * busy["s"] / 0.004, res[0]
+
+
+def test_a_state_wait_ends_on_a_change_a_touched_file_an_interrupt_or_its_timeout(tmp_path):
+    # The rail monitor's wait between full samples (it runs without the GIL).
+    watched = tmp_path / ".refresh"
+    watched.write_text("")
+    res = run_ranks(workers.state_waits, 2, {}, str(watched), timeout=120)[0]
+    took, moved = res["quiet"]
+    assert 0.19 <= took < 1.0 and not moved, res  # nothing happened: its 0.2 s timeout
+    for cause in ("interrupt", "touched"):
+        took, moved = res[cause]
+        assert took < 1.0 and not moved, (cause, res)  # back at once, the state as it was
+    took, moved = res["drain"]
+    assert took < 1.0 and moved, res

@@ -518,6 +518,34 @@ def _thread_switches() -> dict[str, int]:
     return out
 
 
+def state_waits(rank, world, store, opts, watch_path=""):
+    """Rank 0 times wait_state_change against each way it may end: nothing happens (its timeout),
+    an interrupt, the watched file touched, and a drain (the signature moves); each cause comes
+    from another thread 0.05 s into a 5 s wait."""
+    import threading
+
+    comm = open_comm(rank, world, store, **opts)
+    try:
+        comm.all_reduce(make_input(rank, 1024, torch.float32))
+        out = {}
+        if rank == 0:
+            def timed(cause=None):
+                seen = comm.state_signature()
+                if cause:
+                    threading.Timer(0.05, cause).start()
+                t0 = time.monotonic()
+                now = comm.wait_state_change(seen, 0.01, 0.2 if cause is None else 5.0, watch_path, time.time_ns())
+                return time.monotonic() - t0, now != seen
+            out["quiet"] = timed()
+            out["interrupt"] = timed(comm.interrupt_state_wait)
+            out["touched"] = timed(lambda: os.utime(watch_path))
+            out["drain"] = timed(lambda: comm.drain_rail(0))
+        store_barrier(store, "waited", rank, world)
+        return out
+    finally:
+        comm.close()
+
+
 def watchdog_passes_while_spinning_and_idle(rank, world, store, opts, phase_s=0.6, late_s=100e-6):
     """Back-to-back small all_reduces for phase_s, rank 1 late_s late to each (busy, so rank 0's
     caller spins for it every time), then as long idle: the transport's watchdog passes in each

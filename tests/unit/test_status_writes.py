@@ -19,6 +19,7 @@ class FakeComm:
         self.lock = threading.Lock()
         self.state = "up"
         self.calls = self.samples = self.checks = 0
+        self._interrupted = threading.Event()
         self._stop = threading.Event()
         threading.Thread(target=self._traffic, daemon=True).start()
 
@@ -47,6 +48,23 @@ class FakeComm:
         with self.lock:
             self.checks += 1
             return self.state
+
+    def wait_state_change(self, seen, poll_s, timeout_s, watch_path="", watch_since_ns=0):
+        # as the transport's: look every poll_s until something moved or the time is up
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = self.state_signature()
+            try:
+                asked = bool(watch_path) and os.stat(watch_path).st_mtime_ns >= watch_since_ns
+            except OSError:
+                asked = False
+            if now != seen or asked or self._interrupted.is_set() or time.monotonic() >= deadline:
+                self._interrupted.clear()
+                return now
+            self._interrupted.wait(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+    def interrupt_state_wait(self):
+        self._interrupted.set()
 
     def error_kind(self):
         return ""
