@@ -154,12 +154,11 @@ std::string Transport::wait_state_change(const std::string& seen, int poll_ms, i
   const int64_t until = now_ns() + int64_t(std::max(0, timeout_ms)) * 1000000;
   const auto poll = std::chrono::milliseconds(std::max(1, poll_ms));
   std::unique_lock<std::mutex> lk(mu_);
+  const uint64_t interrupts = state_wait_interrupts_;
   for (;;) {
     std::string now_seen = state_signature_locked();
-    if (now_seen != seen || state_wait_interrupted_ || stopping_.load() || now_ns() >= until) {
-      state_wait_interrupted_ = false;
+    if (now_seen != seen || state_wait_interrupts_ != interrupts || stopping_.load() || now_ns() >= until)
       return now_seen;
-    }
     lk.unlock();
     const bool asked = modified_since(watch_path, watch_since_ns);
     lk.lock();
@@ -170,7 +169,7 @@ std::string Transport::wait_state_change(const std::string& seen, int poll_ms, i
 
 void Transport::interrupt_state_wait() {
   std::lock_guard<std::mutex> g(mu_);
-  state_wait_interrupted_ = true;
+  state_wait_interrupts_++;
   state_cv_.notify_all();
 }
 

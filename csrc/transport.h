@@ -189,8 +189,8 @@ class Transport {
   // nothing of that changed, so the rail monitor skips its full sample (operator_actions.cc).
   std::string state_signature() const;
   // Blocks until the signature differs from `seen`, the file at watch_path (if not empty) was
-  // modified at or after watch_since_ns (wall clock), interrupt_state_wait() is called, or
-  // timeout_ms passes; returns the signature then. It looks every poll_ms without Python's
+  // modified at or after watch_since_ns (wall clock), interrupt_state_wait() is called while it
+  // waits (one called before it began does not count), or timeout_ms passes; returns the signature then. It looks every poll_ms without Python's
   // GIL: the monitor's check in Python took the GIL from the rank's caller ten times a second.
   std::string wait_state_change(const std::string& seen, int poll_ms, int timeout_ms, const std::string& watch_path,
                                 int64_t watch_since_ns);
@@ -445,7 +445,9 @@ class Transport {
   mutable std::mutex mu_;
   std::condition_variable done_cv_;  // waiters of ops
   std::condition_variable state_cv_;  // wait_state_change: interrupt_state_wait() and close()
-  bool state_wait_interrupted_ = false;  // under mu_
+  // Under mu_. Counts interrupt_state_wait() calls: every wait under way when one comes returns
+  // (a flag cleared by the first to see it kept a second waiter waiting to its timeout).
+  uint64_t state_wait_interrupts_ = 0;
   std::condition_variable dial_cv_;  // the connector: a rail it dials went down or was restored, or close()
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<bool> rail_drained_;  // operator drain of this rank's rail

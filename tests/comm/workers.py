@@ -530,14 +530,20 @@ def state_waits(rank, world, store, opts, watch_path=""):
         out = {}
         if rank == 0:
             def timed(cause=None):
-                seen = comm.state_signature()
+                seen, since = comm.state_signature(), time.time_ns()  # both before the cause can come
                 if cause:
                     threading.Timer(0.05, cause).start()
                 t0 = time.monotonic()
-                now = comm.wait_state_change(seen, 0.01, 0.2 if cause is None else 5.0, watch_path, time.time_ns())
+                now = comm.wait_state_change(seen, 0.01, 0.2 if cause is None else 5.0, watch_path, since)
                 return time.monotonic() - t0, now != seen
             out["quiet"] = timed()
-            out["interrupt"] = timed(comm.interrupt_state_wait)
+            back = threading.Event()
+
+            def interrupt_until_back():  # again and again: one before the wait began does not count
+                while not back.wait(0.05):
+                    comm.interrupt_state_wait()
+            out["interrupt"] = timed(lambda: threading.Thread(target=interrupt_until_back, daemon=True).start())
+            back.set()
             out["touched"] = timed(lambda: os.utime(watch_path))
             out["drain"] = timed(lambda: comm.drain_rail(0))
         store_barrier(store, "waited", rank, world)
