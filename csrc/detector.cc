@@ -51,7 +51,7 @@ void Transport::watchdog_loop() {
     std::unique_lock<std::mutex> lk(mu_);
     const int64_t now = now_ns();
     // A caller may have run the pass since the timer was set (and set it again).
-    if (now - last_pass_ns_.load() >= watchdog_tick_ns_ * 9 / 10) watchdog_pass_locked(lk, now);
+    if (watchdog_pass_due(now)) watchdog_pass_locked(lk, now);
     const int64_t next = last_pass_ns_.load() + watchdog_tick_ns_;
     lk.unlock();
     arm_watchdog_timer(next);
@@ -66,18 +66,21 @@ void Transport::arm_watchdog_timer(int64_t at_ns) {
   timerfd_settime(watchdog_timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
+bool Transport::watchdog_pass_due(int64_t now) const {
+  // An eighth of a tick early: the watchdog's timer, set by its own last pass, fires right when
+  // the pass is due, and a spinning caller must have a moment to get there first.
+  return now - last_pass_ns_.load(std::memory_order_relaxed) >= watchdog_tick_ns_ - watchdog_tick_ns_ / 8;
+}
+
 void Transport::run_due_pass_spinning(int64_t now) {
   // The caller's core spins anyway: it runs the pass and pushes the watchdog's timer two
   // ticks past it, so that while callers keep spinning the watchdog does not wake at all (a
   // caller spinning at some time in the tick after the next pass is due gets there first).
   // One that stops spinning leaves the passes to the watchdog again, at most a tick late.
-  // A caller takes a pass an eighth of a tick early: the watchdog's timer, set by its own last
-  // pass, fires right when the pass is due, and a caller must have a moment to get there first.
-  const int64_t due = watchdog_tick_ns_ - watchdog_tick_ns_ / 8;
-  if (now - last_pass_ns_.load(std::memory_order_relaxed) < due) return;
+  if (!watchdog_pass_due(now)) return;
   std::unique_lock<std::mutex> lk(mu_);
   now = now_ns();
-  if (now - last_pass_ns_.load() < due || stopping_) return;
+  if (!watchdog_pass_due(now) || stopping_) return;
   watchdog_pass_locked(lk, now);
   counters_.caller_watchdog_passes++;
   lk.unlock();

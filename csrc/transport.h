@@ -190,8 +190,9 @@ class Transport {
   std::string state_signature() const;
   // Blocks until the signature differs from `seen`, the file at watch_path (if not empty) was
   // modified at or after watch_since_ns (wall clock), interrupt_state_wait() is called while it
-  // waits (one called before it began does not count), or timeout_ms passes; returns the signature then. It looks every poll_ms without Python's
-  // GIL: the monitor's check in Python took the GIL from the rank's caller ten times a second.
+  // waits (one called before it began does not count), or timeout_ms passes; returns the
+  // signature then. It looks every poll_ms without Python's GIL: the monitor's check in Python
+  // took the GIL from the rank's caller ten times a second.
   std::string wait_state_change(const std::string& seen, int poll_ms, int timeout_ms, const std::string& watch_path,
                                 int64_t watch_since_ns);
   void interrupt_state_wait();  // the monitor stops: its wait returns at once
@@ -253,6 +254,7 @@ class Transport {
   // four in five of those calls took over 0.2 ms (the median is under 0.1).
   void watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t now);
   void run_due_pass_spinning(int64_t now);
+  bool watchdog_pass_due(int64_t now) const;
   void arm_watchdog_timer(int64_t at_ns);  // absolute, CLOCK_MONOTONIC (now_ns's clock)
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
   bool path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns, int64_t quiet_ns) const;

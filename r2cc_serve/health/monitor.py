@@ -99,6 +99,7 @@ class RailMonitor:
         self._lock = threading.Lock()
         self._sample_lock = threading.Lock()  # the thread and operator actions both sample
         self.status_path = None
+        self._asked_path = ""  # REFRESH_REQUEST beside the status file (none without one)
         self.decisions = DecisionStore(envs.get("R2CC_STATE_DIR") if state_dir is None else state_dir, group, host)
         if status_dir:
             os.makedirs(status_dir, mode=0o700, exist_ok=True)
@@ -106,6 +107,7 @@ class RailMonitor:
                 os.chmod(status_dir, 0o700)  # the files hold agent tokens: owner only, also for an old dir
             safe = group.replace("/", "_").replace(":", "_")
             self.status_path = os.path.join(status_dir, f"{safe}-rank{rank}.json")
+            self._asked_path = os.path.join(status_dir, REFRESH_REQUEST)
         self._snapshot = self._sample()
         self._thread = threading.Thread(target=self._run, name=f"r2cc-monitor-{group}", daemon=True)
 
@@ -205,18 +207,19 @@ class RailMonitor:
     def _signature(self) -> tuple:
         return self.comm.state_signature(), self.decisions.version
 
-    def _sample_due(self) -> bool:
-        """A full sample only when a state, error or decision changed, a reader asked, or
-        R2CC_STATUS_REFRESH_MS passed (counters): one every interval cost each rank 0.15-0.5 ms of
-        CPU ten times a second, at nice -10, so each one preempted a spinning caller (in traces of
-        4 KiB all_reduces every such call was among the slowest 1%)."""
+    def _sample_due(self, current: tuple) -> bool:
+        """A full sample only when a state, error or decision changed (`current`: the signature
+        now), a reader asked, or R2CC_STATUS_REFRESH_MS passed (counters): one every interval cost
+        each rank 0.15-0.5 ms of CPU ten times a second, at nice -10, so each one preempted a
+        spinning caller (in traces of 4 KiB all_reduces every such call was among the slowest 1%)."""
         signature, at = self._sampled
-        return (self._signature() != signature or time.monotonic() - at >= self.refresh_s
-                or (self.status_path is not None and self._refresh_requested()))
+        return current != signature or time.monotonic() - at >= self.refresh_s or self._refresh_requested()
 
     def _refresh_requested(self) -> bool:
+        if not self._asked_path:
+            return False
         try:
-            asked_ns = os.stat(os.path.join(os.path.dirname(self.status_path), REFRESH_REQUEST)).st_mtime_ns
+            asked_ns = os.stat(self._asked_path).st_mtime_ns
         except OSError:
             return False
         return asked_ns >= self._written[2]
@@ -241,10 +244,10 @@ class RailMonitor:
         while not self._stop.is_set():
             try:
                 started = time.monotonic()
-                self._wait_for_change()
+                current = self._wait_for_change()
                 if self._stop.is_set():
                     break
-                if self._sample_due():
+                if self._sample_due(current):
                     self._refresh(self._write_if_due)
                 elif time.monotonic() - started < self.interval_s / 2:
                     self._stop.wait(self.interval_s)  # back early for nothing (a closed transport)
@@ -252,17 +255,18 @@ class RailMonitor:
                 log.debug("r2cc monitor sample failed: %s", exc)
                 self._stop.wait(self.interval_s)
 
-    def _wait_for_change(self) -> None:
+    def _wait_for_change(self) -> tuple:
         """Until a full sample may be due: the state signature moved, a reader asked (.refresh)
-        or R2CC_STATUS_REFRESH_MS is up. The transport looks every interval, in C++ without the
-        GIL: the same check in Python took the GIL from the rank's caller ten times a second.
-        Operator actions sample at once themselves (refresh_now), decisions included."""
-        (signature, _version), at = self._sampled
+        or R2CC_STATUS_REFRESH_MS is up; the signature then (the last sample's if the refresh is
+        due). The transport looks every interval, in C++ without the GIL: the same check in
+        Python took the GIL from the rank's caller ten times a second. Operator actions sample at
+        once themselves (refresh_now), decisions included."""
+        signature, at = self._sampled
         left = self.refresh_s - (time.monotonic() - at)
         if left <= 0:
-            return
-        asked = os.path.join(os.path.dirname(self.status_path), REFRESH_REQUEST) if self.status_path else ""
-        self.comm.wait_state_change(signature, self.interval_s, left, asked, self._written[2])
+            return signature
+        now = self.comm.wait_state_change(signature[0], self.interval_s, left, self._asked_path, self._written[2])
+        return now, self.decisions.version
 
     def stop(self) -> None:
         self._stop.set()
