@@ -19,7 +19,9 @@ constexpr int kPollMs = 10;
 
 constexpr size_t kMaxAcksPerWrite = 512;
 constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swallowed
-constexpr int kIdleWriterWaitMs = 100;
+// Work reaches a writer with a notify; this wait is only a backstop. At 100 ms each idle rail's
+// writer woke 10 times a second, and on a busy host each wake-up preempted some caller.
+constexpr int kIdleWriterWaitMs = 1000;
 }  // namespace
 
 std::function<void()> Transport::sent_progress(Conn& c) const {

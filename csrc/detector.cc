@@ -216,6 +216,12 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   // (small messages' acks wait for this, at most heartbeat_ms). Room in the send buffer
   // makes a partial write impossible.
   // A rail held for loss is probed harder: more heartbeats judge it sooner (loss.cc).
+  // An owed echo goes first; it is bytes for the peer too, so it stands in for a heartbeat.
+  if (c.echo_heard_ns) {
+    FrameHeader echo = control_frame(FrameType::kHeartbeatEcho, 0, c.echo_peer_clock);
+    echo.total = uint64_t(std::max<int64_t>(0, now - c.echo_heard_ns));
+    if (send_frames_now_locked(c, p, echo, now) == 1) c.echo_heard_ns = 0;
+  }
   const int64_t hb_ns = c.loss.probing ? 0 : ms_ns(opt_.heartbeat_ms);
   if (now - c.last_tx_ns < hb_ns) return;
   send_frames_now_locked(c, p, control_frame(FrameType::kHeartbeat, 0, uint64_t(now)), now);

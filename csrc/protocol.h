@@ -7,14 +7,15 @@
 namespace r2cc {
 
 constexpr uint32_t kFrameMagic = 0x52324343;  // "R2CC"
-constexpr uint32_t kProtocolVersion = 3;  // 2: frames carry the call descriptor; 3: kHold, kRelease
+constexpr uint32_t kProtocolVersion = 4;  // 2: frames carry the call descriptor; 3: kHold, kRelease;
+                                          // 4: a heartbeat echo carries its wait at the echoer
 
 enum class FrameType : uint32_t {
   kData = 1,           // seq, offset, total, len payload bytes follow
   kAck = 2,            // seq, offset = chunk index: that chunk is in the receiver's buffer
   kAckAll = 3,         // seq: the whole message was received
   kHeartbeat = 4,      // offset = sender's clock (ns); answered by kHeartbeatEcho
-  kHeartbeatEcho = 5,  // offset = the clock value being echoed (round-trip time)
+  kHeartbeatEcho = 5,  // offset = the clock value being echoed, total = ns it waited at the echoer
   kAbort = 6,          // offset = ErrorKind; len bytes of reason follow; the group is dead
   kDrain = 7,          // the sender drained this rail: stop putting new chunks on it
   kUndrain = 8,

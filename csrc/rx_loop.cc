@@ -392,14 +392,19 @@ std::string Transport::rx_frame_done(RxStream& s) {
       // woke this rail's writer and the peer's reader 200 times a second for nothing.
       const int64_t sent = int64_t(h.offset);
       if (sent - c.last_echoed_ns < kEchoEveryNs && sent >= c.last_echoed_ns) return "";
+      // The echo goes out with this rail's next watchdog pass (send_heartbeat_locked), not
+      // by its writer: waking the writer here preempted a decode-sized caller ~30 times a second.
       std::lock_guard<std::mutex> g(mu_);
       c.last_echoed_ns = sent;
-      if (c.epoch.load() == s.epoch) c.ctrl.push_back(control_frame(FrameType::kHeartbeatEcho, 0, h.offset));
-      c.cv.notify_one();  // only this rail may carry the echo
+      if (c.epoch.load() == s.epoch) {
+        c.echo_peer_clock = h.offset;
+        c.echo_heard_ns = now_ns();
+      }
       return "";
     }
     case FrameType::kHeartbeatEcho: {
-      const double rtt = double(now_ns() - int64_t(h.offset)) * 1e-9;
+      // Less the time the echo waited at the peer for its watchdog pass.
+      const double rtt = double(std::max<int64_t>(0, now_ns() - int64_t(h.offset) - int64_t(h.total))) * 1e-9;
       std::lock_guard<std::mutex> g(mu_);
       c.st.rtt_s = c.st.rtt_s == 0 ? rtt : 0.8 * c.st.rtt_s + 0.2 * rtt;
       return "";

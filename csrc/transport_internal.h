@@ -108,6 +108,10 @@ struct Transport::Conn {
   std::condition_variable cv;
   int64_t last_probe_ns = 0;
   int64_t last_echoed_ns = 0;  // the peer's clock on the last heartbeat we echoed (the stream's owner only)
+  // A heartbeat echo owed to the peer (under mu_): the watchdog pass sends it with how long it
+  // waited here, so it needs no writer wake-up and the peer's round trip stays exact.
+  uint64_t echo_peer_clock = 0;
+  int64_t echo_heard_ns = 0;  // 0: none owed
   // stats
   ConnStats st;
   // Why the connection last failed (st.last_error is the same in words, for people): the

@@ -606,6 +606,7 @@ def idle_thread_wakeups(rank, world, store, opts):
         time.sleep(1.0)
         after, idle_s = _thread_switches(), time.monotonic() - t0
         per_s = {k: (after[k] - before.get(k, 0)) / idle_s for k in after}
+        idle_rtt = [s["rtt_s"] for s in comm.rail_stats()]  # from heartbeat echoes only: no traffic
         store_barrier(store, "idle", rank, world)
         if rank == 1:
             comm.inject_failure(0, 2, after_chunks=1)
@@ -616,6 +617,6 @@ def idle_thread_wakeups(rank, world, store, opts):
         rail2 = next(s for s in comm.rail_stats() if s["rail"] == 2)
         store_barrier(store, "back", rank, world)
         return {"per_s": per_s, "exact": exact, "rail2": rail2["state"], "reconnects": rail2["reconnects"],
-                "back_s": time.monotonic() - t0}
+                "back_s": time.monotonic() - t0, "idle_rtt_s": idle_rtt}
     finally:
         comm.close()
