@@ -113,29 +113,37 @@ py::class_<Transport> bind_transport(py::module_& m) {
   return t;
 }
 
-// The built-in collectives; buffers cross as addresses (tensor.data_ptr()).
+// The built-in collectives; buffers cross as addresses (tensor.data_ptr()). Each ends with
+// end_call() (a due watchdog pass on the caller; not after a throw, the call failed).
 void bind_collectives(py::class_<Transport>& t) {
   t.def("all_reduce", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op, size_t slice,
                          size_t one_shot) {
      all_reduce(tr, ptr<void>(in), ptr<void>(out), count, dt, op, slice, one_shot);
+     tr.end_call();
    }, gil())
       .def("all_gather", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt) {
         all_gather(tr, ptr<void>(in), ptr<void>(out), count, dt);
+        tr.end_call();
       }, gil())
       .def("reduce_scatter", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {
         reduce_scatter(tr, ptr<void>(in), ptr<void>(out), count, dt, op);
+        tr.end_call();
       }, gil())
       .def("gather", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, int root) {
         gather(tr, ptr<void>(in), ptr<void>(out), count, dt, root);
+        tr.end_call();
       }, gil())
       .def("broadcast", [](Transport& tr, uintptr_t buf, size_t bytes, int root) {
         broadcast(tr, ptr<void>(buf), bytes, root);
+        tr.end_call();
       }, gil())
       .def("send", [](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
         send(tr, ptr<void>(buf), bytes, peer);
+        tr.end_call();
       }, gil())
       .def("recv", [](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
         recv(tr, ptr<void>(buf), bytes, peer);
+        tr.end_call();
       }, gil());
 }
 
@@ -154,6 +162,7 @@ void bind_plans(py::module_& m, py::class_<Transport>& t) {
   t.def("all_reduce_plan", [](Transport& tr, const PlanProgram& prog, uintptr_t in, uintptr_t out, size_t count,
                               DType dt, RedOp op) {
     run_all_reduce_plan(tr, prog, ptr<void>(in), ptr<void>(out), count, dt, op);
+    tr.end_call();
   }, py::arg("program"), py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"), gil());
 }
 

@@ -72,11 +72,11 @@ bool Transport::watchdog_pass_due(int64_t now) const {
   return now - last_pass_ns_.load(std::memory_order_relaxed) >= watchdog_tick_ns_ - watchdog_tick_ns_ / 8;
 }
 
-void Transport::run_due_pass_spinning(int64_t now) {
-  // The caller's core spins anyway: it runs the pass and pushes the watchdog's timer two
-  // ticks past it, so that while callers keep spinning the watchdog does not wake at all (a
-  // caller spinning at some time in the tick after the next pass is due gets there first).
-  // One that stops spinning leaves the passes to the watchdog again, at most a tick late.
+void Transport::run_due_pass_on_caller(int64_t now) {
+  // The caller is on its core anyway: it runs the pass and pushes the watchdog's timer two
+  // ticks past it, so that while calls keep coming the watchdog does not wake at all (a caller
+  // spinning, or ending a call, at some time in the tick after the next pass is due gets there
+  // first). Once calls stop, the passes are the watchdog's again, at most a tick late.
   if (!watchdog_pass_due(now)) return;
   std::unique_lock<std::mutex> lk(mu_);
   now = now_ns();

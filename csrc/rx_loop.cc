@@ -190,14 +190,26 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
         std::unique_lock<std::mutex> lk(mu_);
         send_due_hedges_locked(lk, INT64_MAX);
       }
-      run_due_pass_spinning(now);  // instead of the watchdog preempting some caller for it
+      run_due_pass_on_caller(now);  // instead of the watchdog preempting some caller for it
     }
     note_spin(hit);
     if (hit) note_reply(now_ns() - start);
     if (any_op_done(ops, n)) return;
   }
-  // A sleeping waiter leaves its hedge copies to the watchdog (kHedgeStaleNs): written before
-  // every sleep, they cost each small message a second write and its peer a second read.
+  // A sleeping waiter writes its hedge copies once they are stale (kHedgeStaleNs), not before
+  // every sleep (that cost each small message a second write and its peer a second read): it
+  // wakes for them itself. The watchdog's pass, which also sends them, may be two ticks off
+  // while callers run the passes (run_due_pass_on_caller).
+  int64_t stale_at = oldest_hedge_stale_at();
+  if (stale_at && stale_at <= now_ns()) {
+    // Overdue: written now, or left for the watchdog when no other rail can take a copy (the
+    // full sleep then: waking early for a copy that cannot go would spin).
+    std::unique_lock<std::mutex> lk(mu_);
+    send_due_hedges_locked(lk, now_ns() - kHedgeStaleNs);
+    stale_at = 0;
+  } else if (stale_at) {
+    timeout_ms = int(std::clamp<int64_t>((stale_at - now_ns() + 999999) / 1000000, 0, timeout_ms));
+  }
   epoll_event ev[2];
   const int k = epoll_wait(caller_ep_, ev, 2, timeout_ms);
   for (int i = 0; i < k; ++i)
@@ -206,6 +218,20 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       if (read(caller_bell_, &v, sizeof(v)) < 0) {}
     }
   rx_drive_ready(ops, n);
+  if (stale_at && !any_op_done(ops, n)) {
+    const int64_t now = now_ns();
+    if (now >= stale_at) {
+      std::unique_lock<std::mutex> lk(mu_);
+      send_due_hedges_locked(lk, now - kHedgeStaleNs);
+    }
+  }
+}
+
+int64_t Transport::oldest_hedge_stale_at() {
+  if (hedges_due_count_.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  // Oldest first: post_send appends, and send_due_hedges_locked puts the ones it left in front.
+  return hedges_due_.empty() ? 0 : hedges_due_.front()->posted_ns + kHedgeStaleNs;
 }
 
 int64_t Transport::hedge_after_ns() const {

@@ -135,6 +135,10 @@ class Transport {
   // are not. Throws AbortedError(kCallMismatch) when a peer's message already here
   // belongs to a different call under this number. Never blocks.
   void begin_call(const CallDesc& d);
+  // Ends a call whose result is in hand: a watchdog pass that is due runs here, on the caller,
+  // before it goes back to its own work (a rank whose peers' bytes are always there when it
+  // waits never spins, and its watchdog thread woke every tick and preempted some caller).
+  void end_call();
 
   // Posting never blocks. `buf` must stay valid until wait() returns for the op.
   Op post_send(int peer, const void* buf, size_t len);
@@ -249,11 +253,12 @@ class Transport {
   void watchdog_loop();
   // One pass: heartbeats, path evidence, holds, loss and bandwidth samples, stale hedges, the
   // host's CPU pressure. Due every watchdog_tick_ns_. The watchdog thread runs it, or a caller
-  // that spins anyway (run_due_pass_spinning): on a host whose cores all spin, the watchdog's
-  // real-time wake-up preempted a caller ~70 times per 1000 small all_reduces, and in traces
-  // four in five of those calls took over 0.2 ms (the median is under 0.1).
+  // that spins anyway or has just finished a call (run_due_pass_on_caller): on a host whose
+  // cores all spin, the watchdog's real-time wake-up preempted a caller ~70 times per 1000 small
+  // all_reduces, and in traces four in five of those calls took over 0.2 ms (the median is
+  // under 0.1).
   void watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t now);
-  void run_due_pass_spinning(int64_t now);
+  void run_due_pass_on_caller(int64_t now);
   bool watchdog_pass_due(int64_t now) const;
   void arm_watchdog_timer(int64_t at_ns);  // absolute, CLOCK_MONOTONIC (now_ns's clock)
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
@@ -320,6 +325,7 @@ class Transport {
   // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
   static constexpr int64_t kHedgeLateFactor = 4;
   int64_t hedge_after_ns() const;
+  int64_t oldest_hedge_stale_at();  // when the oldest unsent hedge copy falls due to a sleeper; 0: none
   void note_reply(int64_t waited_ns);  // a spin got bytes after waited_ns: the smoothed reply time
   // The driving caller read acks that freed window on rails of p: it writes their next chunks
   // itself where the socket has room, and wakes the writer of a rail where it had none.
