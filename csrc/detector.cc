@@ -216,7 +216,9 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   // (small messages' acks wait for this, at most heartbeat_ms). Room in the send buffer
   // makes a partial write impossible.
   // A rail held for loss is probed harder: more heartbeats judge it sooner (loss.cc).
-  // An owed echo goes first; it is bytes for the peer too, so it stands in for a heartbeat.
+  // An owed echo goes first; it is bytes for the peer too, so it stands in for a heartbeat. A
+  // rail busy with bulk data (being written, or its socket full) keeps it owed: its round-trip
+  // time then keeps the last sample until the rail has room.
   if (c.echo_heard_ns) {
     FrameHeader echo = control_frame(FrameType::kHeartbeatEcho, 0, c.echo_peer_clock);
     echo.total = uint64_t(std::max<int64_t>(0, now - c.echo_heard_ns));

@@ -93,6 +93,7 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const s
   drop_handoff_locked(c);
   const int64_t now = now_ns();
   c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
+  c.echo_heard_ns = 0;    // an echo owed on the old socket: its clock belongs to that path
   if (c.suspect) {  // already counted and re-queued when it fell silent
     c.note_error(cause, reason);
   } else {

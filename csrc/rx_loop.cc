@@ -204,12 +204,15 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (stale_at && stale_at <= now_ns()) {
     // Overdue: written now, or left for the watchdog when no other rail can take a copy (the
     // full sleep then: waking early for a copy that cannot go would spin).
-    std::unique_lock<std::mutex> lk(mu_);
-    send_due_hedges_locked(lk, now_ns() - kHedgeStaleNs);
-    stale_at = 0;
-  } else if (stale_at) {
-    timeout_ms = int(std::clamp<int64_t>((stale_at - now_ns() + 999999) / 1000000, 0, timeout_ms));
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      send_due_hedges_locked(lk, now_ns() - kHedgeStaleNs);
+    }
+    stale_at = oldest_hedge_stale_at();
+    if (stale_at <= now_ns()) stale_at = 0;
   }
+  if (stale_at && timeout_ms >= 0)  // a copy falls due within this sleep: wake for it
+    timeout_ms = int(std::clamp<int64_t>((stale_at - now_ns() + 999999) / 1000000, 0, timeout_ms));
   epoll_event ev[2];
   const int k = epoll_wait(caller_ep_, ev, 2, timeout_ms);
   for (int i = 0; i < k; ++i)
@@ -230,7 +233,9 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
 int64_t Transport::oldest_hedge_stale_at() {
   if (hedges_due_count_.load(std::memory_order_relaxed) == 0) return 0;
   std::lock_guard<std::mutex> g(mu_);
-  // Oldest first: post_send appends, and send_due_hedges_locked puts the ones it left in front.
+  // Oldest first, nearly always: post_send appends, and send_due_hedges_locked puts the ones it
+  // left in front (two of those at once may interleave: a wake-up then comes late, and the
+  // watchdog's pass still sends the copy).
   return hedges_due_.empty() ? 0 : hedges_due_.front()->posted_ns + kHedgeStaleNs;
 }
 
@@ -429,8 +434,9 @@ std::string Transport::rx_frame_done(RxStream& s) {
       return "";
     }
     case FrameType::kHeartbeatEcho: {
-      // Less the time the echo waited at the peer for its watchdog pass.
-      const double rtt = double(std::max<int64_t>(0, now_ns() - int64_t(h.offset) - int64_t(h.total))) * 1e-9;
+      // Less the time the echo waited at the peer for its watchdog pass (at most all of it).
+      const int64_t elapsed = std::max<int64_t>(0, now_ns() - int64_t(h.offset));
+      const double rtt = double(elapsed - int64_t(std::min<uint64_t>(h.total, uint64_t(elapsed)))) * 1e-9;
       std::lock_guard<std::mutex> g(mu_);
       c.st.rtt_s = c.st.rtt_s == 0 ? rtt : 0.8 * c.st.rtt_s + 0.2 * rtt;
       return "";

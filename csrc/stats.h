@@ -87,7 +87,8 @@ namespace r2cc {
 //   watchdog_locked_us   time the watchdog's passes took, in total (under the transport lock
 //                        but for the writes of hedge copies, which let it go)
 //   watchdog_pass_max_us the longest of them (a caller that needs the lock waits that long)
-//   caller_watchdog_passes  passes a spinning caller ran itself (counted in watchdog_passes too)
+//   caller_watchdog_passes  passes a caller ran itself, spinning or ending a call (counted in
+//                           watchdog_passes too)
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
