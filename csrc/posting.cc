@@ -29,9 +29,7 @@ void Transport::begin_call(const CallDesc& d) {
   if (!error_.empty()) throw_error_locked();
 }
 
-void Transport::end_call() {
-  if (!stopping_.load()) run_due_pass_on_caller(now_ns());
-}
+void Transport::end_call() { run_due_pass_on_caller(now_ns()); }
 
 void Transport::check_call_locked(Peer& p, const InMsg& m) {
   // The sender's call (from the message's first frame) against the receiving call: the

@@ -200,17 +200,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   // every sleep (that cost each small message a second write and its peer a second read): it
   // wakes for them itself. The watchdog's pass, which also sends them, may be two ticks off
   // while callers run the passes (run_due_pass_on_caller).
-  int64_t stale_at = oldest_hedge_stale_at();
-  if (stale_at && stale_at <= now_ns()) {
-    // Overdue: written now, or left for the watchdog when no other rail can take a copy (the
-    // full sleep then: waking early for a copy that cannot go would spin).
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      send_due_hedges_locked(lk, now_ns() - kHedgeStaleNs);
-    }
-    stale_at = oldest_hedge_stale_at();
-    if (stale_at <= now_ns()) stale_at = 0;
-  }
+  const int64_t stale_at = send_stale_hedges();
   if (stale_at && timeout_ms >= 0)  // a copy falls due within this sleep: wake for it
     timeout_ms = int(std::clamp<int64_t>((stale_at - now_ns() + 999999) / 1000000, 0, timeout_ms));
   epoll_event ev[2];
@@ -221,22 +211,25 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       if (read(caller_bell_, &v, sizeof(v)) < 0) {}
     }
   rx_drive_ready(ops, n);
-  if (stale_at && !any_op_done(ops, n)) {
-    const int64_t now = now_ns();
-    if (now >= stale_at) {
-      std::unique_lock<std::mutex> lk(mu_);
-      send_due_hedges_locked(lk, now - kHedgeStaleNs);
-    }
-  }
+  if (stale_at && !any_op_done(ops, n) && now_ns() >= stale_at) send_stale_hedges();
 }
 
-int64_t Transport::oldest_hedge_stale_at() {
+int64_t Transport::send_stale_hedges() {
   if (hedges_due_count_.load(std::memory_order_relaxed) == 0) return 0;
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   // Oldest first, nearly always: post_send appends, and send_due_hedges_locked puts the ones it
   // left in front (two of those at once may interleave: a wake-up then comes late, and the
   // watchdog's pass still sends the copy).
-  return hedges_due_.empty() ? 0 : hedges_due_.front()->posted_ns + kHedgeStaleNs;
+  auto oldest_stale_at = [&]() -> int64_t {
+    return hedges_due_.empty() ? 0 : hedges_due_.front()->posted_ns + kHedgeStaleNs;
+  };
+  const int64_t now = now_ns();
+  const int64_t due = oldest_stale_at();
+  if (due && due <= now) send_due_hedges_locked(lk, now - kHedgeStaleNs);
+  // One still overdue has no other rail to take it: it is the watchdog's (waking early for a
+  // copy that cannot go would spin).
+  const int64_t next = oldest_stale_at();
+  return next > now_ns() ? next : 0;
 }
 
 int64_t Transport::hedge_after_ns() const {

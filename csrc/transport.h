@@ -325,7 +325,9 @@ class Transport {
   // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
   static constexpr int64_t kHedgeLateFactor = 4;
   int64_t hedge_after_ns() const;
-  int64_t oldest_hedge_stale_at();  // when the oldest unsent hedge copy falls due to a sleeper; 0: none
+  // A sleeping waiter's hedge copies: writes those stale (kHedgeStaleNs after posting) and says
+  // when the next one falls due (0: none it can wake for).
+  int64_t send_stale_hedges();
   void note_reply(int64_t waited_ns);  // a spin got bytes after waited_ns: the smoothed reply time
   // The driving caller read acks that freed window on rails of p: it writes their next chunks
   // itself where the socket has room, and wakes the writer of a rail where it had none.

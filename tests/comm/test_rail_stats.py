@@ -71,16 +71,16 @@ def test_callers_run_the_watchdog_passes_and_it_takes_over_when_they_stop():
     # real-time wake-up would preempt a caller on a host whose cores all spin. How much rank 0
     # spun depends on the host's load (a caller whose peer is descheduled stops spinning), so
     # the shares are held to where it spun on nearly every call, as on an idle host.
-    busy, calls = res[0]["busy"], res[0]["calls"]
+    busy = res[0]["busy"]
+    idle_host = busy["spin_hits"] >= 0.8 * res[0]["calls"]
     assert busy["spin_hits"] > 0 and busy["by_callers"] > 0, res[0]
-    if busy["spin_hits"] >= 0.8 * calls:  # idle: ~100% (a busy host gave 60%, gaps are the watchdog's)
+    if idle_host:  # idle: ~100% (a busy host gave 60%, gaps are the watchdog's)
         assert busy["by_callers"] >= 0.5 * busy["passes"], res[0]
         assert busy["watchdog_wakeups"] <= 0.4 * busy["s"] / 0.004, res[0]
     # Rank 1, always late, finds its peer's bytes waiting and never spins: its calls run the
     # passes as they end (before, its watchdog woke for every one). The shares are held where
     # the host was idle, by the same sign as above, and rank 1's calls came at least one a
     # millisecond: on a busy host a descheduled rank leaves gaps over two ticks, the watchdog's.
-    idle_host = res[0]["busy"]["spin_hits"] >= 0.8 * res[0]["calls"]
     busy, calls = res[1]["busy"], res[1]["calls"]
     assert busy["by_callers"] > 0, res[1]
     if idle_host and calls >= busy["s"] / 0.001:
