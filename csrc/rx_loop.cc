@@ -188,7 +188,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       if (!hedged && now >= hedge_at && hedges_due_count_.load(std::memory_order_relaxed) > 0) {
         hedged = true;
         std::unique_lock<std::mutex> lk(mu_);
-        send_due_hedges_locked(lk, INT64_MAX);
+        counters_.waiter_hedges += send_due_hedges_locked(lk, INT64_MAX);
       }
       run_due_pass_on_caller(now);  // instead of the watchdog preempting some caller for it
     }
@@ -225,7 +225,7 @@ int64_t Transport::send_stale_hedges() {
   };
   const int64_t now = now_ns();
   const int64_t due = oldest_stale_at();
-  if (due && due <= now) send_due_hedges_locked(lk, now - kHedgeStaleNs);
+  if (due && due <= now) counters_.waiter_hedges += send_due_hedges_locked(lk, now - kHedgeStaleNs);
   // One still overdue has no other rail to take it: it is the watchdog's (waking early for a
   // copy that cannot go would spin).
   const int64_t next = oldest_stale_at();

@@ -78,6 +78,10 @@ namespace r2cc {
 //   spin_misses    waits that spun for nothing, then slept
 //   handoffs       inline writes that filled the socket: the rail's writer finished the chunk
 //   hedges         hedge copies written (a small message's second copy, on another rail)
+//   waiter_hedges  those a waiting caller wrote itself (spinning, or once stale while it
+//                  slept); the rest came from watchdog passes
+//   hedges_unneeded  small messages left without a copy because the peer's kernel had every
+//                    byte of the first one (the peer was late, not the rail)
 //   writer_chunks  data chunks a rail's writer thread wrote (the rest left from a caller)
 //   holds          rails held out for flapping (flap dampening) or loss
 //   loss_holds     rails held out because they lose packets (loss.cc)
@@ -98,6 +102,8 @@ namespace r2cc {
   X(uint64_t, spin_misses, 0)           \
   X(uint64_t, handoffs, 0)              \
   X(uint64_t, hedges, 0)                \
+  X(uint64_t, waiter_hedges, 0)         \
+  X(uint64_t, hedges_unneeded, 0)       \
   X(uint64_t, writer_chunks, 0)         \
   X(uint64_t, holds, 0)                 \
   X(uint64_t, loss_holds, 0)            \

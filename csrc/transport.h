@@ -317,8 +317,9 @@ class Transport {
   // watchdog kHedgeStaleNs after posting. Sent with every message they cost a 4 KiB all_reduce
   // a second write and a second read (lab: p50 ~17 us without, 22-50 us with). A copy whose
   // message was acknowledged, or whose chunk left its rail, is dropped unsent. Sends those
-  // posted before posted_before_ns. Unlocks lk while writing, never blocks.
-  void send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns);
+  // posted before posted_before_ns and says how many it wrote. Unlocks lk while writing, never
+  // blocks.
+  size_t send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns);
   static constexpr int kHedgeAfterUs = 50;
   static constexpr int64_t kHedgeStaleNs = 1000000;
   // A spinning caller's copies are due once its peer is kHedgeLateFactor times later than

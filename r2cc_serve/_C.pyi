@@ -110,6 +110,8 @@ class Counters:
     spin_misses: int
     handoffs: int
     hedges: int
+    waiter_hedges: int
+    hedges_unneeded: int
     writer_chunks: int
     holds: int
     loss_holds: int

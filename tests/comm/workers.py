@@ -269,19 +269,22 @@ def small_messages_through_failover(rank, world, store, opts):
 
 def small_messages_to_a_late_peer(rank, world, store, opts, late_s=0.005, count=20):
     """Rank 1 starts each of `count` decode-sized all_reduces `late_s` after rank 0, so rank 0's
-    message sits unacknowledged meanwhile. Returns whether results were exact and how many
-    hedge copies each rank wrote (rank 0's are due: its message was late to be acknowledged)."""
+    message waits meanwhile. Returns whether results were exact and, per rank, the hedge
+    counters over those calls: copies written, those a waiting caller wrote itself, and
+    messages left without one because the peer's kernel had acknowledged them."""
     comm = open_comm(rank, world, store, rails=LOOPBACK_RAILS[:2], **opts)
     try:
         inputs = [make_input(r, 1024, torch.float32) for r in range(world)]
         want = reference_reduce(inputs, "sum")
         exact = bits_equal(comm.all_reduce(inputs[rank].clone()), want)
-        before = comm.counters()["hedges"]
+        names = ("hedges", "waiter_hedges", "hedges_unneeded")
+        before = comm.counters()
         for _ in range(count):
             if rank == 1:
                 time.sleep(late_s)
             exact = bits_equal(comm.all_reduce(inputs[rank].clone()), want) and exact
-        return {"exact": exact, "hedges": comm.counters()["hedges"] - before}
+        after = comm.counters()
+        return {"exact": exact, **{n: after[n] - before[n] for n in names}}
     finally:
         comm.close()
 
