@@ -108,6 +108,7 @@ void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t n
   // Hedge copies nobody sent while waiting (no collective followed): a message lost on a
   // dead rail then costs this tick, not the failure detection.
   send_due_hedges_locked(lk, now - kHedgeStaleNs);
+  check_state_watches_locked(now);
   const uint64_t held_us = uint64_t(now_ns() - now) / 1000;
   counters_.watchdog_passes++;
   counters_.watchdog_locked_us += held_us;

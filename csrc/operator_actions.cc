@@ -152,19 +152,34 @@ bool modified_since(const std::string& path, int64_t since_ns) {
 std::string Transport::wait_state_change(const std::string& seen, int poll_ms, int timeout_ms,
                                          const std::string& watch_path, int64_t watch_since_ns) {
   const int64_t until = now_ns() + int64_t(std::max(0, timeout_ms)) * 1000000;
-  const auto poll = std::chrono::milliseconds(std::max(1, poll_ms));
+  // A look now, as the seen signature or the request may be older than this call.
+  if (modified_since(watch_path, watch_since_ns)) return state_signature();
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t interrupts = state_wait_interrupts_;
+  const int64_t every = int64_t(std::max(1, poll_ms)) * 1000000;
+  StateWatch watch{&seen, &watch_path, watch_since_ns, every, now_ns() + every};
+  state_watches_.push_back(&watch);
   for (;;) {
-    std::string now_seen = state_signature_locked();
-    if (now_seen != seen || state_wait_interrupts_ != interrupts || stopping_.load() || now_ns() >= until)
-      return now_seen;
-    lk.unlock();
-    const bool asked = modified_since(watch_path, watch_since_ns);
-    lk.lock();
-    if (asked) return now_seen;
-    state_cv_.wait_for(lk, std::min<std::chrono::nanoseconds>(poll, std::chrono::nanoseconds(until - now_ns())));
+    const int64_t now = now_ns();
+    if (watch.fired || state_signature_locked() != seen || state_wait_interrupts_ != interrupts ||
+        stopping_.load() || now >= until)
+      break;
+    state_cv_.wait_for(lk, std::chrono::nanoseconds(until - now));
   }
+  state_watches_.erase(std::find(state_watches_.begin(), state_watches_.end(), &watch));
+  return state_signature_locked();
+}
+
+void Transport::check_state_watches_locked(int64_t now) {
+  // A stat() and the signature's text, at most every poll_ms, on a thread that runs anyway.
+  bool wake = false;
+  for (StateWatch* w : state_watches_) {
+    if (w->fired || now < w->next_ns) continue;
+    w->next_ns = now + w->every_ns;
+    w->fired = state_signature_locked() != *w->seen || modified_since(*w->path, w->since_ns);
+    wake |= w->fired;
+  }
+  if (wake) state_cv_.notify_all();
 }
 
 void Transport::interrupt_state_wait() {

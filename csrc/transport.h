@@ -195,8 +195,10 @@ class Transport {
   // Blocks until the signature differs from `seen`, the file at watch_path (if not empty) was
   // modified at or after watch_since_ns (wall clock), interrupt_state_wait() is called while it
   // waits (one called before it began does not count), or timeout_ms passes; returns the
-  // signature then. It looks every poll_ms without Python's GIL: the monitor's check in Python
-  // took the GIL from the rank's caller ten times a second.
+  // signature then. The watchdog's passes look every poll_ms (check_state_watches_locked), on
+  // whichever thread runs them, and wake the waiter only when it has something to return: the
+  // waiter looking for itself woke ten times a second at a raised priority and took a core
+  // from the rank's caller each time (in Python it also took the GIL).
   std::string wait_state_change(const std::string& seen, int poll_ms, int timeout_ms, const std::string& watch_path,
                                 int64_t watch_since_ns);
   void interrupt_state_wait();  // the monitor stops: its wait returns at once
@@ -285,6 +287,16 @@ class Transport {
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
   double flap_penalty_locked(const Conn& c, int64_t now) const;  // decayed to now
   std::string state_signature_locked() const;
+  // A wait_state_change under way, looked at by the watchdog's passes.
+  struct StateWatch {
+    const std::string* seen;
+    const std::string* path;  // "": none
+    int64_t since_ns;         // wall clock
+    int64_t every_ns;
+    int64_t next_ns;
+    bool fired = false;
+  };
+  void check_state_watches_locked(int64_t now);
   std::string shown_state_locked(const Conn& c) const;  // the state rail_stats() reports
   std::string hold_reason_locked(const Conn& c, int64_t now) const;
   int64_t hold_ns_locked(int level) const;  // quiet time the level-th hold in a row asks for
@@ -459,6 +471,7 @@ class Transport {
   // Under mu_. Counts interrupt_state_wait() calls: every wait under way when one comes returns
   // (a flag cleared by the first to see it kept a second waiter waiting to its timeout).
   uint64_t state_wait_interrupts_ = 0;
+  std::vector<StateWatch*> state_watches_;  // under mu_: the waits under way
   std::condition_variable dial_cv_;  // the connector: a rail it dials went down or was restored, or close()
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<bool> rail_drained_;  // operator drain of this rank's rail

@@ -240,8 +240,8 @@ _knob("R2CC_API_SERVER_NICE", -10, int, "Nice value for vLLM's API server proces
 _knob("R2CC_CONTROL_NICE", -10, int, "Nice value of each rank's control agent and rail monitor threads, so an "
       "operator's drain or read does not wait behind the model for a CPU (0: leave them alone).")
 _knob("R2CC_MONITOR_INTERVAL_MS", 100, int,
-      "How often each rank's monitor checks its rails' states (a cheap check; a full sample for events and "
-      "the status file follows when a state changed).")
+      "How often each rank's rails' states are checked for its monitor (a cheap check, made by the "
+      "transport's watchdog passes; a full sample for events and the status file follows when a state changed).")
 _knob("R2CC_STATUS_REFRESH_MS", 1000, int,
       "A status file is rewritten at once when a rail's or peer's state, an event, an error or a "
       "decision changes; otherwise (counters, byte totals) at most this often, and the monitor samples "

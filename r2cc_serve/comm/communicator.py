@@ -394,7 +394,8 @@ class Communicator:
                           watch_since_ns: int = 0) -> str:
         """Block (without the GIL) until state_signature() differs from `seen`, the file watch_path
         was modified at or after watch_since_ns, interrupt_state_wait() is called or timeout_s
-        passes, looking every poll_s; the signature then."""
+        passes; the signature then. The transport's watchdog passes look every poll_s and wake
+        this thread only when it has something to return."""
         return self._t.wait_state_change(seen, max(1, round(poll_s * 1000)), max(0, round(timeout_s * 1000)),
                                          watch_path, int(watch_since_ns))
 

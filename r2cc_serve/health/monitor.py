@@ -258,9 +258,10 @@ class RailMonitor:
     def _wait_for_change(self) -> tuple:
         """Until a full sample may be due: the state signature moved, a reader asked (.refresh)
         or R2CC_STATUS_REFRESH_MS is up; the signature then (the last sample's if the refresh is
-        due). The transport looks every interval, in C++ without the GIL: the same check in
-        Python took the GIL from the rank's caller ten times a second. Operator actions sample at
-        once themselves (refresh_now), decisions included."""
+        due). The transport's watchdog passes look every interval, on a thread that runs anyway,
+        and wake this one only for a change: the same check in Python took the GIL from the
+        rank's caller ten times a second, and in this thread (raised priority) it took the core.
+        Operator actions sample at once themselves (refresh_now), decisions included."""
         signature, at = self._sampled
         left = self.refresh_s - (time.monotonic() - at)
         if left <= 0:

@@ -505,26 +505,31 @@ def flapping_rail_is_held(rank, world, store, opts):
         comm.close()
 
 
+def _task_switches(task) -> int:
+    """Context switches (voluntary + involuntary) so far of one thread of this process."""
+    with open(f"/proc/self/task/{task}/status") as f:
+        return sum(int(line.split(":")[1]) for line in f
+                   if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
+
+
 def _thread_switches() -> dict[str, int]:
-    """Context switches (voluntary + involuntary) so far of each r2cc thread of this process, by name."""
+    """Context switches so far of each r2cc thread of this process, by name."""
     out = {}
     for task in os.listdir("/proc/self/task"):
         try:
             name = open(f"/proc/self/task/{task}/comm").read().strip()
-            status = open(f"/proc/self/task/{task}/status").read()
+            if name.startswith("r2cc-"):
+                out[name] = out.get(name, 0) + _task_switches(task)
         except OSError:  # the thread ended meanwhile
             continue
-        if name.startswith("r2cc-"):
-            n = sum(int(line.split(":")[1]) for line in status.splitlines()
-                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
-            out[name] = out.get(name, 0) + n
     return out
 
 
 def state_waits(rank, world, store, opts, watch_path=""):
     """Rank 0 times wait_state_change against each way it may end: nothing happens (its timeout),
     an interrupt, the watched file touched, and a drain (the signature moves); each cause comes
-    from another thread 0.05 s into a 5 s wait."""
+    from another thread 0.05 s into a 5 s wait. Each entry: (seconds waited, whether the
+    signature moved, how many times the waiting thread was switched out meanwhile)."""
     import threading
 
     comm = open_comm(rank, world, store, **opts)
@@ -536,9 +541,9 @@ def state_waits(rank, world, store, opts, watch_path=""):
                 seen, since = comm.state_signature(), time.time_ns()  # both before the cause can come
                 if cause:
                     threading.Timer(0.05, cause).start()
-                t0 = time.monotonic()
+                t0, switches = time.monotonic(), _task_switches(threading.get_native_id())
                 now = comm.wait_state_change(seen, 0.01, 0.2 if cause is None else 5.0, watch_path, since)
-                return time.monotonic() - t0, now != seen
+                return time.monotonic() - t0, now != seen, _task_switches(threading.get_native_id()) - switches
             out["quiet"] = timed()
             back = threading.Event()
 
@@ -597,17 +602,27 @@ def watchdog_passes_while_spinning_and_idle(rank, world, store, opts, phase_s=0.
 
 
 def idle_thread_wakeups(rank, world, store, opts):
-    """How often each r2cc thread wakes in a second with every rail up and no traffic; then
-    rail 2 fails and must come back (the connector, asleep, is told to dial)."""
+    """How often each r2cc thread wakes in a second with every rail up and no traffic (the rail
+    monitor's too, writing a status file, as in a serving rank); then rail 2 fails and must
+    come back (the connector, asleep, is told to dial)."""
+    import shutil
+    import tempfile
+
+    from r2cc_serve.health.monitor import RailMonitor
+
     comm = open_comm(rank, world, store, **opts)
+    status_dir = tempfile.mkdtemp(prefix="r2cc-idle-status-")
+    monitor = RailMonitor(comm, "idle", rank, rank, status_dir, 0.1, "loopback", state_dir="").start()
     try:
         x = make_input(rank, 1 << 20, torch.float32)
         want = reference_reduce([make_input(r, 1 << 20, torch.float32) for r in range(world)], "sum")
         exact = bits_equal(comm.all_reduce(x.clone()), want)
         time.sleep(0.2)
-        before, t0 = _thread_switches(), time.monotonic()
+        monitor_tid = monitor._thread.native_id
+        before, t0 = {**_thread_switches(), "r2cc-monitor": _task_switches(monitor_tid)}, time.monotonic()
         time.sleep(1.0)
-        after, idle_s = _thread_switches(), time.monotonic() - t0
+        after = {**_thread_switches(), "r2cc-monitor": _task_switches(monitor_tid)}
+        idle_s = time.monotonic() - t0
         per_s = {k: (after[k] - before.get(k, 0)) / idle_s for k in after}
         idle_rtt = [s["rtt_s"] for s in comm.rail_stats()]  # from heartbeat echoes only: no traffic
         store_barrier(store, "idle", rank, world)
@@ -622,4 +637,6 @@ def idle_thread_wakeups(rank, world, store, opts):
         return {"per_s": per_s, "exact": exact, "rail2": rail2["state"], "reconnects": rail2["reconnects"],
                 "back_s": time.monotonic() - t0, "idle_rtt_s": idle_rtt}
     finally:
+        monitor.stop()
         comm.close()
+        shutil.rmtree(status_dir, ignore_errors=True)
