@@ -99,7 +99,8 @@ py::class_<Transport> bind_transport(py::module_& m) {
       .def("failover_rail", &Transport::failover_rail, py::arg("rail"), py::arg("force") = true, gil())
       .def("restore_rail", &Transport::restore_rail, gil())
       .def("inject_failure", &Transport::inject_failure, py::arg("peer"), py::arg("rail"), py::arg("chunks"))
-      .def("inject_full_socket", &Transport::inject_full_socket, py::arg("peer"), py::arg("rail"));
+      .def("inject_full_socket", &Transport::inject_full_socket, py::arg("peer"), py::arg("rail"))
+      .def("audit_books", &Transport::audit_books, gil());
   t.def("abort", [](Transport& tr, const std::string& reason) { tr.abort(reason); }, gil())
       .def("error", &Transport::error, gil())
       .def("error_kind", [](const Transport& tr) { return std::string(error_kind_name(tr.error_kind())); }, gil())

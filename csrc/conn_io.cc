@@ -145,6 +145,10 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
     }
     return 0;
   }
+  // Bytes from the peer still wait unread: its reader goes first. A peer that said goodbye and
+  // closed resets the connection when our heartbeat or probe meets its closed socket, and the
+  // goodbye in our receive queue must be read as such, not lost under a send failure.
+  if (bytes_readable(c.fd) > 0) return 0;
   // The message names no reason (as before); the cause still tells the detector what happened:
   // a heartbeat to a peer whose process died is often the first write to meet the reset.
   fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, ""));
@@ -204,7 +208,7 @@ bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
   // Preference: an undrained primary rail; else a drained primary rail (the
   // operator drained them all, traffic must still flow); else a fallback rail.
   const int primaries = num_rails() - opt_.fallback_rails;
-  auto usable = [](const Conn& x) { return x.state == RailState::kUp && !x.peer_drained && !x.suspect; };
+  auto usable = [](const Conn& x) { return x.state == RailState::kUp && !x.peer_drained && !x.suspect && x.proven; };
   auto alive = [](const Conn& x) { return is_connected(x.state) && !x.suspect; };
   if (!alive(c)) return false;
   const bool primary = c.rail < primaries;

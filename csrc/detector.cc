@@ -101,6 +101,7 @@ void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t n
     check_holds_locked(*p, now);
     for (auto& c : p->conns) {
       send_heartbeat_locked(*c, *p, now);
+      send_probe_locked(*c, now);
       update_bandwidth_locked(*c, now);
       check_loss_locked(*p, *c, now);
     }
@@ -109,6 +110,11 @@ void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t n
   // dead rail then costs this tick, not the failure detection.
   send_due_hedges_locked(lk, now - kHedgeStaleNs);
   check_state_watches_locked(now);
+#ifdef R2CC_CHECK_BOOKS
+  if (error_.empty())
+    if (const auto bad = audit_books_locked(); !bad.empty())
+      set_error_locked(ErrorKind::kAborted, "r2cc: the transport's books broke (R2CC_CHECK_BOOKS build): " + bad[0]);
+#endif
   const uint64_t held_us = uint64_t(now_ns() - now) / 1000;
   counters_.watchdog_passes++;
   counters_.watchdog_locked_us += held_us;
@@ -143,6 +149,9 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
   const int64_t fail_ns = ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms));
   bool any_connected = false, all_silent = true, any_dead = false;
   int64_t least_silence = INT64_MAX;  // raw: since the peer last spoke on any connected rail
+  int64_t freshest_rx = 0;            // when it last did (a rail quiet meanwhile is mute: gray.cc)
+  for (auto& cp : p.conns)
+    if (is_connected(cp->state)) freshest_rx = std::max(freshest_rx, cp->last_rx_ns.load());
   for (auto& cp : p.conns) {
     Conn& c = *cp;
     if (!is_connected(c.state)) {
@@ -172,6 +181,9 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
       if (!c.path_dead) c.path_dead = path_dead_locked(c, pi, now, stall_end_ns, quiet_ns);
       else if (pi.ok && int64_t(pi.last_ack_recv_ms) * 1000000 < quiet_ns) c.path_dead = false;
     }
+    // Heard or not: our own bytes may be stuck or crawling (gray.cc).
+    judge_progress_locked(p, c, now, stall_end_ns, hears);
+    if (!is_connected(c.state)) continue;  // it failed for good just now
     if (c.path_dead) {
       any_dead = true;
       const std::string why = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank) +
@@ -182,12 +194,15 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
       // the connection for good only when the path stays dead.
       if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout, why);
       else suspect_conn_locked(c, IoCause::kTimeout, why);
-    } else if (c.suspect && c.last_rx_ns.load() > c.suspect_since_ns) {
+    } else if (c.suspect && (c.suspect_why == SuspectWhy::kSilent || c.suspect_why == SuspectWhy::kMute) &&
+               c.last_rx_ns.load() > c.suspect_since_ns) {
       // Bytes came on it since it fell quiet: back in service without a reconnect. Not merely
       // "heard" (a stall of this process suspends judging, it is no sign of life): a watchdog kept
       // off the lock for 30 ms put a dead rail back, and it failed for good 400 ms later.
       c.suspect = false;
       p.wake_writers();
+    } else if (!hears) {
+      judge_mute_locked(p, c, now, silent, freshest_rx);
     }
   }
   track_stall_locked(p, now, any_connected && all_silent && !any_dead, least_silence);

@@ -26,7 +26,8 @@ bool Transport::peer_has_path_locked(const Peer& p) const {
   return false;
 }
 
-void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now) {
+void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now,
+                                        bool count_failure) {
   Peer& p = *peers_[c.peer];
   c.st.failovers++;
   counters_.failovers++;
@@ -62,7 +63,7 @@ void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::strin
   c.inflight_bytes = 0;
   for (auto& a : c.acks_carried) p.acks.push_back(a.second);  // they may be stuck in its buffers
   c.acks_carried.clear();
-  if (!rail_held_[c.rail]) note_rail_failure_locked(c, reason, now);  // an operator's failover is no flap
+  if (count_failure && !rail_held_[c.rail]) note_rail_failure_locked(c, reason, now);  // an operator's failover is no flap
   p.wake_writers();
   notify_done_locked();
 }
@@ -74,12 +75,15 @@ void Transport::drop_handoff_locked(Conn& c) {
   c.writing = false;  // nobody was writing: the writer had not taken it yet
 }
 
-void Transport::suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason) {
+void Transport::suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason, SuspectWhy why) {
   if (c.suspect || !is_connected(c.state)) return;
   const int64_t now = now_ns();
   c.suspect = true;
+  c.suspect_why = why;
   c.suspect_since_ns = now;
-  requeue_inflight_locked(c, cause, reason, now);
+  // A slow rail is demoted at once: each slow verdict is a failure, so one that stays slow is held.
+  c.suspect_counted = why == SuspectWhy::kSilent || why == SuspectWhy::kSlow;
+  requeue_inflight_locked(c, cause, reason, now, c.suspect_counted);
 }
 
 void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason) {
@@ -94,8 +98,9 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const s
   const int64_t now = now_ns();
   c.last_probe_ns = now;  // the first probe waits one interval: the peer needs to notice too
   c.echo_heard_ns = 0;    // an echo owed on the old socket: its clock belongs to that path
-  if (c.suspect) {  // already counted and re-queued when it fell silent
+  if (c.suspect) {  // re-queued when it was set aside; counted then, unless a gray suspicion
     c.note_error(cause, reason);
+    if (!c.suspect_counted && !rail_held_[c.rail]) note_rail_failure_locked(c, reason, now);
   } else {
     requeue_inflight_locked(c, cause, reason, now);
   }

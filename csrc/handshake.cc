@@ -222,6 +222,8 @@ void Transport::install(Conn& c, int fd) {
   c.last_tx_ns = 0;
   c.tx_resume_ns = now_ns();
   c.path_dead = false;
+  c.probe_sent_ns = 0;  // a new path is probed with a full-size frame at the next pass (gray.cc)
+  c.proven = false;
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
   if (c.damp.holding(now_ns())) c.ctrl.push_back(control_frame(FrameType::kHold));

@@ -7,8 +7,9 @@
 namespace r2cc {
 
 constexpr uint32_t kFrameMagic = 0x52324343;  // "R2CC"
-constexpr uint32_t kProtocolVersion = 4;  // 2: frames carry the call descriptor; 3: kHold, kRelease;
-                                          // 4: a heartbeat echo carries its wait at the echoer
+constexpr uint32_t kProtocolVersion = 5;  // 2: frames carry the call descriptor; 3: kHold, kRelease;
+                                          // 4: a heartbeat echo carries its wait at the echoer;
+                                          // 5: kProbe
 
 enum class FrameType : uint32_t {
   kData = 1,           // seq, offset, total, len payload bytes follow
@@ -22,6 +23,7 @@ enum class FrameType : uint32_t {
   kGoodbye = 9,  // the sender closed its communicator after flushing: not a failure
   kHold = 10,    // the sender holds this flapping rail out (dampening): no new chunks on it
   kRelease = 11, // the sender's hold ended
+  kProbe = 12,   // len bytes of padding follow: a full-size segment on an idle rail (gray.cc)
 };
 
 struct FrameHeader {
@@ -40,6 +42,7 @@ constexpr uint64_t kReleaseRestored = 1;  // kRelease's offset: the operator res
 static_assert(sizeof(FrameHeader) == 56, "frame header must stay 56 bytes");
 
 constexpr uint32_t kMaxAbortReason = 4096;  // bytes of reason a kAbort frame carries at most
+constexpr uint32_t kMaxProbeBytes = 65536;  // padding a kProbe frame carries at most
 
 // A frame without a call descriptor (acks, heartbeats, drain, goodbye, abort).
 inline FrameHeader control_frame(FrameType t, uint64_t seq = 0, uint64_t offset = 0, uint32_t len = 0) {

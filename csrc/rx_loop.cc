@@ -387,6 +387,10 @@ std::string Transport::rx_frame_done(RxStream& s) {
     rx_data_done_locked(s);
     return "";
   }
+  if (s.phase == RxStream::Phase::kPadding) {
+    s.phase = RxStream::Phase::kHeader;
+    return "";
+  }
   if (s.phase == RxStream::Phase::kAbortReason) {
     s.phase = RxStream::Phase::kHeader;
     std::lock_guard<std::mutex> g(mu_);
@@ -439,6 +443,12 @@ std::string Transport::rx_frame_done(RxStream& s) {
       s.phase = RxStream::Phase::kAbortReason;
       if (s.reason.empty()) return rx_frame_done(s);
       return "";
+    case FrameType::kProbe:
+      // Its padding only has to cross the path (gray.cc); a probe larger than any segment is no probe.
+      if (h.len > kMaxProbeBytes) return "corrupt frame (probe of " + std::to_string(h.len) + " bytes)";
+      if (s.scratch.size() < h.len) s.scratch.resize(h.len);
+      s.phase = RxStream::Phase::kPadding;
+      return h.len == 0 ? rx_frame_done(s) : "";
     case FrameType::kGoodbye: {
       std::lock_guard<std::mutex> g(mu_);
       peer_closed_locked(p);

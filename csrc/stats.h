@@ -25,6 +25,12 @@ namespace r2cc {
 //   hold_reason      why the rail is held (this side's reason, or that the peer holds it)
 //   retrans_pct      share of this side's data segments retransmitted in the last loss window (percent)
 //   loss_holds       times this side held the rail out for loss
+//   stuck_suspects   times it was set aside because the peer's host acknowledged none of our
+//                    outstanding bytes for the quiet time while the peer still spoke (gray)
+//   slow_suspects    times it was set aside because it delivered our backlog at under a quarter
+//                    of the usual rate (its chunks were late)
+//   mute_suspects    times it was set aside because the peer's bytes stopped arriving on it
+//                    while its other rails delivered
 #define R2CC_CONN_STATS(X)                \
   X(int, peer, -1)                        \
   X(int, rail, -1)                        \
@@ -51,7 +57,10 @@ namespace r2cc {
   X(double, hold_left_s, 0)               \
   X(std::string, hold_reason, "")        \
   X(double, retrans_pct, 0)               \
-  X(uint64_t, loss_holds, 0)
+  X(uint64_t, loss_holds, 0)             \
+  X(uint64_t, stuck_suspects, 0)         \
+  X(uint64_t, slow_suspects, 0)          \
+  X(uint64_t, mute_suspects, 0)
 
 // What this rank knows of a peer as a whole (not per rail).
 //   stalled        every rail silent while its host still acknowledges our bytes
@@ -93,6 +102,9 @@ namespace r2cc {
 //   watchdog_pass_max_us the longest of them (a caller that needs the lock waits that long)
 //   caller_watchdog_passes  passes a caller ran itself, spinning or ending a call (counted in
 //                           watchdog_passes too)
+//   gray_suspects  rails set aside while the peer still spoke on them: our bytes stuck or slow,
+//                  or the peer's stopped (the per-rail stuck, slow and mute counts, summed)
+//   probes         full-size probes written on rails with nothing else in flight
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
@@ -112,7 +124,9 @@ namespace r2cc {
   X(uint64_t, watchdog_passes, 0)       \
   X(uint64_t, watchdog_locked_us, 0)    \
   X(uint64_t, watchdog_pass_max_us, 0)  \
-  X(uint64_t, caller_watchdog_passes, 0)
+  X(uint64_t, caller_watchdog_passes, 0) \
+  X(uint64_t, gray_suspects, 0)         \
+  X(uint64_t, probes, 0)
 
 // Generators: a member with its initial value; a call f(name, member pointer) of each_field().
 #define R2CC_STATS_MEMBER(type, name, init) type name = init;

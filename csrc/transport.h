@@ -172,6 +172,11 @@ class Transport {
   // chunk larger than the socket takes fills it part-way, and the rail's writer must finish it.
   void inject_full_socket(int peer, int rail);
 
+  // The books (books.cc): every unacknowledged chunk queued or in flight on the connected rail
+  // that carries it, every rail's in-flight bytes those of its live chunks. One line per breach
+  // (empty: sound). Takes the lock; never blocks otherwise.
+  std::vector<std::string> audit_books() const;
+
   // Kills the group: every rank's next (or current) wait throws `reason`.
   void abort(const std::string& reason, ErrorKind kind = ErrorKind::kAborted);
   std::string error() const;
@@ -243,9 +248,15 @@ class Transport {
   // failover.cc: acting on a failed or quiet rail: its un-acked chunks go back to the queue.
   // `cause` is kept beside the reason's text on the Conn (Conn::note_error): the detector reads it.
   void fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason);  // no-op if epoch moved on
-  void suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason);
+  // Why a rail is set aside (Conn::suspect in transport_internal.h says what clears each).
+  enum class SuspectWhy { kSilent, kMute, kStuck, kSlow };
+  // Sets c aside (its chunks re-queued, no new ones). Only a quiet rail's suspicion counts for
+  // flap dampening at once; a gray one counts if it fails (gray.cc).
+  void suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason, SuspectWhy why = SuspectWhy::kSilent);
   void drop_handoff_locked(Conn& c);  // the socket is gone: a chunk handed to its writer is let go
-  void requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now);
+  // count_failure: flap dampening counts this one (not for a gray suspicion: see gray.cc).
+  void requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now,
+                               bool count_failure = true);
   void peer_closed_locked(Peer& p);
   bool peer_has_link_locked(const Peer& p) const;
   bool peer_has_path_locked(const Peer& p) const;
@@ -269,6 +280,17 @@ class Transport {
   // path's own round trips (queues on a busy host or a slow link) make gaps that long.
   int64_t suspect_after_ns(const PathInfo& pi) const;
   void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
+
+  std::vector<std::string> audit_books_locked() const;  // books.cc
+
+  // gray.cc: rails on which the peer still speaks while data does not move (see its header).
+  // judge_progress_locked: our bytes stuck or slow on c (new verdicts only while we hear the
+  // peer on it: a quiet rail is detector.cc's); clears or fails c's own earlier verdict.
+  void judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears);
+  // c silent for its quiet time, its path alive: mute when another rail of p spoke just now.
+  void judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t freshest_rx_ns);
+  void send_probe_locked(Conn& c, int64_t now);  // a full-size frame on an idle rail, when due
+  double usual_rate_locked(const Peer& p) const;  // the fastest measured rate of p's rails
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);
   void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);

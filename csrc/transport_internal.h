@@ -5,6 +5,7 @@
 
 #include "messages.h"
 #include "net.h"
+#include "progress.h"
 #include "transport.h"
 
 namespace r2cc {
@@ -55,11 +56,34 @@ struct Transport::Conn {
     double pct = 0;  // retransmitted share of the last judged window, percent
     int64_t judged_ns = 0;
   } loss;
-  // Silent while other rails to the peer deliver: its chunks were re-sent elsewhere and it
-  // takes no new ones, but the connection is kept; bytes arriving again clear it, a
-  // longer silence fails it for real.
+  // Set aside while other rails to the peer deliver: its chunks were re-sent elsewhere and it
+  // takes no new ones, but the connection is kept. Why decides what clears it (detector.cc):
+  //   kSilent  no bytes from the peer and ours unacknowledged by its host (a dead path);
+  //   kMute    no bytes from the peer on it while its other rails deliver (its data is stuck);
+  //            bytes arriving again clear either;
+  //   kStuck   the peer's host acknowledges none of our outstanding bytes, though it speaks;
+  //   kSlow    it delivers our backlog at a small fraction of the usual rate;
+  //            all our bytes delivered clears either.
+  // Persisting past peer_silence_ms fails it for real (a slow rail excepted: it delivers).
   bool suspect = false;
+  SuspectWhy suspect_why = SuspectWhy::kSilent;
+  // Counted by flap dampening yet: a gray suspicion that clears by itself within the fail time
+  // (a loss that TCP repaired late) is no failure; one that lasts is counted when it fails.
+  bool suspect_counted = false;
   int64_t suspect_since_ns = 0;
+  // Gray failures (detector.cc): whether our bytes on the current socket move.
+  ProgressJudge progress;
+  uint64_t progress_epoch = 0;     // the socket progress judges (a new one starts afresh)
+  int64_t progress_sampled_ns = 0;
+  bool progress_outstanding = false;  // its last sample saw bytes outstanding
+  // Full-size probes (send_probe_locked): an idle rail's heartbeats are small frames, which a
+  // gray path still passes; a probe fills a whole segment.
+  int64_t probe_sent_ns = 0;  // this socket's last probe written (0: none yet)
+  // The path carried a full-size probe and every byte before it: until then the rail takes new
+  // chunks only when no proven rail can (conn_takes_chunks_locked), so a re-dialed gray path is
+  // found by its probe, not by the chunks of a collective.
+  bool proven = false;
+  uint32_t mss = 0;  // the socket's segment size, from its last progress sample (0: not yet known)
   std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked
   size_t inflight_bytes = 0;
   std::deque<FrameHeader> ctrl;  // frames only this connection may carry (echo, drain)
@@ -136,7 +160,7 @@ struct Transport::Conn {
 // The thread that took its one-shot event owns it (busy); others touch it only under mu_ while
 // it is idle.
 struct Transport::RxStream {
-  enum class Phase { kHeader, kPayload, kAbortReason };
+  enum class Phase { kHeader, kPayload, kAbortReason, kPadding };
   Conn* conn = nullptr;
   int fd = -1;
   uint64_t epoch = 0;  // the Conn's epoch at install: when it moves on, the stream retires
@@ -167,6 +191,7 @@ struct Transport::RxStream {
       case Phase::kHeader: return {reinterpret_cast<char*>(&h), sizeof(FrameHeader)};
       case Phase::kPayload: return {dest ? dest : scratch.data(), h.len};
       case Phase::kAbortReason: return {reason.data(), reason.size()};
+      case Phase::kPadding: return {scratch.data(), h.len};  // a probe's: read and dropped
     }
     return {nullptr, 0};
   }

@@ -85,6 +85,9 @@ class ConnStats:
     hold_reason: str
     retrans_pct: float
     loss_holds: int
+    stuck_suspects: int
+    slow_suspects: int
+    mute_suspects: int
     FIELDS: ClassVar[list[str]]  # the fields above, in order
     def as_dict(self) -> dict[str, int | float | bool | str]: ...
 
@@ -121,6 +124,8 @@ class Counters:
     watchdog_locked_us: int
     watchdog_pass_max_us: int
     caller_watchdog_passes: int
+    gray_suspects: int
+    probes: int
     FIELDS: ClassVar[list[str]]
     def as_dict(self) -> dict[str, int | float]: ...
 
@@ -138,6 +143,7 @@ class Transport:
     def restore_rail(self, rail: int) -> None: ...
     def inject_failure(self, peer: int, rail: int, chunks: int) -> None: ...
     def inject_full_socket(self, peer: int, rail: int) -> None: ...
+    def audit_books(self) -> list[str]: ...  # one line per breach of the transport's books; [] when sound
     def abort(self, reason: str) -> None: ...
     def error(self) -> str: ...
     def error_kind(self) -> str: ...  # an ErrorKind's name
