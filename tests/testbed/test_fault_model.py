@@ -323,6 +323,10 @@ def test_serving_option_and_held_faults():
     (["serve-bench", "--fault", "gray:out:-5"], "--fault 'gray:out:-5': gray BYTES -5 is not valid"),
     (["bench", "--fault", "h0:1:marginal:150"], "--fault 'h0:1:marginal:150': marginal needs a percentage"),
     (["bench", "--hold-fault", "h0:1:gray:sideways"], "--hold-fault 'h0:1:gray:sideways': gray direction"),
+    (["bench", "--fault", "h0:1:gray:1500"], "--fault 'h0:1:gray:1500': gray drops IP packets longer than 1500 "
+                                              "bytes, and the lab's rails (MTU 1500) carry none: use BYTES below the MTU"),
+    (["bench", "--mtu", "900", "--backend", "r2cc", "--hold-fault", "h0:1:marginal:5"],
+     "--hold-fault 'h0:1:marginal:5': marginal drops IP packets longer than 1000 bytes"),
 ])
 def test_tools_refuse_bad_faults_before_building_anything(argv, message, capsys):
     assert cli_main(argv) == 2
