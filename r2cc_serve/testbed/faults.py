@@ -6,15 +6,23 @@ Kinds, each acting on one host's end of one rail unless said otherwise:
   degrade RATE         the rail is shaped down to RATE, e.g. 100mbit
   lossy PCT            PCT% of the rail's packets, each way, are dropped at random (a gray failure:
                        a dirty optic, a bad cable), e.g. lossy 1 or lossy 0.5
+  gray [DIR] [BYTES]   every IP packet longer than BYTES (default 1000) is dropped, small ones
+                       pass (a gray failure: an MTU mismatch after maintenance, a policer), e.g.
+                       gray, gray out, gray in 600
+  marginal PCT [DIR]   PCT% of the IP packets longer than 1000 bytes are dropped at random (a
+                       marginal optic, whose errors grow with frame length), e.g. marginal 90 out
   flap [PERIOD_MS COUNT]  link down/up COUNT times, PERIOD_MS per cycle (default 400 and 8)
   clear                undo every lab fault on the rail
   all-down             every data rail of the host down: only the mgmt fallback is left
   drain, undrain, failover, restore   operator actions through r2cc's control plane
 
+DIR says which way across the host's end of the rail: both (the default), out (what the host
+sends to its peer on that rail) or in (what arrives at the host on it).
+
 Text forms, all read by one parser:
   words     `r2cc lab fault h0 1 degrade 100mbit`   ->  ["degrade", "100mbit"] + host, rail
-  notation  h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:3:flap:200:3, h0:1:lossy:1, h1:2:drain,
-            h0:all-down
+  notation  h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:3:flap:200:3, h0:1:lossy:1,
+            h0:1:gray:in:600, h0:1:marginal:90:out, h1:2:drain, h0:all-down
 A FaultSchedule is a list of {at: SECONDS, do: NOTATION} entries (as read from YAML).
 
 This module is pure (no lab, no processes): bad input fails before anything is built. The lab
@@ -34,7 +42,8 @@ from typing import Iterator
 from r2cc_serve.errors import UserError
 from r2cc_serve.util.rates import check_rate
 
-LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy")  # `r2cc lab fault`, Lab.fault
+# what `r2cc lab fault` and Lab.fault take
+LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy", "gray", "marginal")
 REPAIRS = ("up", "clear")
 RAIL_FAULTS = tuple(k for k in LAB_KINDS if k not in REPAIRS)  # break one rail: what `r2cc bench` injects
 HOST_FAULTS = ("all-down",)
@@ -46,17 +55,26 @@ _UNDO = {**{k: "clear" for k in RAIL_FAULTS + HOST_FAULTS}, "drain": "undrain", 
 HELD_KINDS = tuple(_UNDO)
 # Rail faults a run can keep in place for as long as it likes (a flap ends by itself): a host
 # made a straggler for a whole benchmark (`r2cc bench --hold-fault`, `r2cc serve-prefill --hold`).
-STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade", "lossy")
+STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade", "lossy", "gray", "marginal")
 
 FLAP_DEFAULTS = (400, 8)  # period_ms, count: a bad cable, long enough to be seen under load
-_ARG_COUNTS = {"degrade": (1,), "flap": (0, 2), "lossy": (1,)}
+_ARG_COUNTS = {"degrade": (1,), "flap": (0, 2), "lossy": (1,), "gray": (0, 1, 2), "marginal": (1, 2)}
 LOSS_STEP_PCT = 0.1  # nftables draws a number in 0..999 per packet: losses come in tenths of a percent
+SIZE_FAULTS = ("gray", "marginal")  # drop IP packets by their length, in a direction
+DIRECTIONS = ("both", "out", "in")  # which way across the host's end of the rail
+LARGE_PACKET_BYTES = 1000  # gray's default BYTES, and what marginal counts as a large packet
+PACKET_BYTES_RANGE = (68, 65535)  # gray's BYTES: IPv4's smallest MTU to its largest packet
+_FORMS = {"gray": "gray [both|out|in] [BYTES], e.g. gray out 600",
+          "marginal": "marginal PCT [both|out|in], e.g. marginal 90 out"}
 _USAGE = {"degrade": "one argument, RATE (e.g. 100mbit)",
           "lossy": "one argument, PCT: the share of packets dropped, e.g. 1 or 0.5 (percent)",
-          "flap": "PERIOD_MS and COUNT (e.g. 200 and 3), or none for {} and {}".format(*FLAP_DEFAULTS)}
+          "flap": "PERIOD_MS and COUNT (e.g. 200 and 3), or none for {} and {}".format(*FLAP_DEFAULTS),
+          "gray": "at most DIR and BYTES: " + _FORMS["gray"],
+          "marginal": "PCT and at most DIR: " + _FORMS["marginal"]}
 _NOTATION = re.compile(r"^h?(\d+):(?:(?:rail)?(\d+):)?([a-z][a-z-]*)((?::[^:]+)*)$")
 NOTATION_HELP = ("use h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:1:degrade:100mbit, "
-                 "h0:1:flap:200:3, h0:1:lossy:1, h1:2:drain, or h<HOST>:all-down")
+                 "h0:1:flap:200:3, h0:1:lossy:1, h0:1:gray:out:600, h0:1:marginal:90, h1:2:drain, "
+                 "or h<HOST>:all-down")
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,9 @@ class FaultSpec:
     host: int = 0
     rail: int | None = None         # None for host faults (all-down), which ignore a rail given
     rate: str | None = None         # degrade: the rail's new rate
-    loss_pct: float | None = None   # lossy: percent of packets dropped each way
+    loss_pct: float | None = None   # lossy, marginal: percent of packets dropped
+    direction: str | None = None    # gray, marginal: both (default), out or in
+    max_bytes: int | None = None    # gray: the longest IP packet that passes (default 1000); marginal: 1000
     period_ms: int | None = None    # flap: one down+up cycle (default 400)
     count: int | None = None        # flap: cycles (default 8)
     after_s: float | None = None    # seconds into a run: a schedule's `at`, a serving run's injection
@@ -97,10 +117,11 @@ class FaultSpec:
             object.__setattr__(self, "rate", check_rate(self.rate))
         elif self.rate is not None:
             raise UserError(f"{self.kind} takes no rate, got {self.rate!r}")
-        if self.kind == "lossy":
-            object.__setattr__(self, "loss_pct", _check_loss(self.loss_pct))
+        if self.kind in ("lossy", "marginal"):
+            object.__setattr__(self, "loss_pct", _check_loss(self.loss_pct, self.kind))
         elif self.loss_pct is not None:
             raise UserError(f"{self.kind} takes no loss percentage, got {self.loss_pct!r}")
+        self._check_size_arguments()
         if self.kind != "flap":
             if (self.period_ms, self.count) != (None, None):
                 raise UserError(f"{self.kind} takes no flap period or count")
@@ -111,6 +132,27 @@ class FaultSpec:
             raise UserError(f"flap needs whole numbers PERIOD_MS >= 2 and COUNT >= 1, got {period_ms!r} and {count!r}")
         object.__setattr__(self, "period_ms", period_ms)
         object.__setattr__(self, "count", count)
+
+    def _check_size_arguments(self) -> None:
+        """gray and marginal: a direction, and the size above which packets are dropped."""
+        if self.kind not in SIZE_FAULTS:
+            if (self.direction, self.max_bytes) != (None, None):
+                raise UserError(f"{self.kind} takes no direction or packet size")
+            return
+        direction = "both" if self.direction is None else self.direction
+        if direction not in DIRECTIONS:
+            raise UserError(f"{self.kind} direction {direction!r} is not valid: use both, out or in "
+                            f"({_FORMS[self.kind]})")
+        object.__setattr__(self, "direction", direction)
+        size = LARGE_PACKET_BYTES if self.max_bytes is None else self.max_bytes
+        if self.kind == "marginal" and size != LARGE_PACKET_BYTES:
+            raise UserError(f"marginal drops among packets longer than {LARGE_PACKET_BYTES} bytes, "
+                            f"got {size!r}: use gray for another size")
+        low, high = PACKET_BYTES_RANGE
+        if not (_is_int(size) and low <= size <= high):
+            raise UserError(f"gray BYTES {size!r} is not valid: use a whole number of bytes from {low} to {high}, "
+                            f"the longest IP packet that passes ({_FORMS['gray']})")
+        object.__setattr__(self, "max_bytes", size)
 
     # --- what it does -------------------------------------------------------------------------
 
@@ -156,9 +198,21 @@ class FaultSpec:
             return f"degrade {self.rate}"
         if self.kind == "lossy":
             return f"lossy {self.loss_pct:g}%"
+        if self.kind in SIZE_FAULTS:  # 'gray out >600 B', 'marginal 90% both ways >1000 B'
+            way = "both ways" if self.direction == "both" else self.direction
+            share = f" {self.loss_pct:g}%" if self.kind == "marginal" else ""
+            return f"{self.kind}{share} {way} >{self.max_bytes} B"
         if self.kind == "flap":
             return f"flap {self.period_ms}ms x{self.count}"
         return self.kind
+
+    def _size_args(self) -> list:
+        """gray's DIR and BYTES, marginal's DIR, defaults left off the end (h0:1:gray, h0:1:gray:out)."""
+        args = [self.direction, self.max_bytes] if self.kind == "gray" else [self.direction]
+        defaults = ["both", LARGE_PACKET_BYTES]
+        while args and args[-1] == defaults[len(args) - 1]:
+            args.pop()
+        return args
 
     @property
     def target(self) -> str:
@@ -174,8 +228,9 @@ class FaultSpec:
     @property
     def notation(self) -> str:
         """The text form parse_fault_text reads back: 'h0:3:flap:400:8', 'h0:all-down'."""
-        args = {"degrade": [self.rate], "flap": [self.period_ms, self.count],
-                "lossy": [f"{self.loss_pct:g}" if self.loss_pct is not None else None]}.get(self.kind, [])
+        pct = f"{self.loss_pct:g}" if self.loss_pct is not None else None
+        args = {"degrade": [self.rate], "flap": [self.period_ms, self.count], "lossy": [pct],
+                "gray": self._size_args(), "marginal": [pct, *self._size_args()]}.get(self.kind, [])
         rail = [] if self.rail is None else [self.rail]
         return ":".join(str(x) for x in [f"h{self.host}", *rail, self.kind, *args])
 
@@ -189,17 +244,18 @@ def _check_index(name: str, value) -> None:
         raise UserError(f"{name} must be a whole number >= 0, got {value!r}")
 
 
-def _check_loss(pct) -> float:
+def _check_loss(pct, kind: str) -> float:
     """A loss percentage in (0, 100], in steps of LOSS_STEP_PCT."""
     try:
         value = float(str(pct).rstrip("%")) if not isinstance(pct, bool) else math.nan
     except ValueError:
         value = math.nan
     if not 0 < value <= 100:
-        raise UserError(f"lossy needs a percentage above 0 and at most 100 (e.g. 1 or 0.5), got {pct!r}")
+        raise UserError(f"{kind} needs a percentage above 0 and at most 100 ({_FORMS.get(kind, 'e.g. 1 or 0.5')}), "
+                        f"got {pct!r}")
     steps = round(value / LOSS_STEP_PCT)
     if steps < 1 or abs(steps * LOSS_STEP_PCT - value) > 1e-9:
-        raise UserError(f"lossy {value:g}%: use steps of {LOSS_STEP_PCT:g}% (the lab drops by a draw in 0..999)")
+        raise UserError(f"{kind} {value:g}%: use steps of {LOSS_STEP_PCT:g}% (the lab drops by a draw in 0..999)")
     return steps * LOSS_STEP_PCT
 
 
@@ -233,6 +289,10 @@ def parse_fault_words(words: list[str], host: int, rail: int | None, kinds: tupl
         return FaultSpec(kind, host, rail, rate=args[0])
     if kind == "lossy":
         return FaultSpec(kind, host, rail, loss_pct=args[0])
+    if kind == "marginal":
+        return FaultSpec(kind, host, rail, loss_pct=args[0], direction=(args[1:] or [None])[0])
+    if kind == "gray":
+        return _gray_from_words(args, host, rail)
     if kind == "flap" and args:
         try:
             period_ms, count = (int(a) for a in args)
@@ -240,6 +300,16 @@ def parse_fault_words(words: list[str], host: int, rail: int | None, kinds: tupl
             raise UserError(f"flap needs whole numbers PERIOD_MS and COUNT, got {' '.join(args)!r}") from None
         return FaultSpec(kind, host, rail, period_ms=period_ms, count=count)
     return FaultSpec(kind, host, rail)
+
+
+def _gray_from_words(args: list[str], host: int, rail: int | None) -> FaultSpec:
+    """gray [DIR] [BYTES]: one argument is BYTES when it is a number, else DIR."""
+    if len(args) == 1 and re.fullmatch(r"[-+]?\d+", args[0]):
+        args = ["both", *args]
+    direction, size = (args + [None, None])[:2]
+    if size is not None:
+        size = int(size) if re.fullmatch(r"[-+]?\d+", size) else size
+    return FaultSpec("gray", host, rail, direction=direction, max_bytes=size)
 
 
 def parse_fault_text(text: str, kinds: tuple[str, ...] = KINDS) -> FaultSpec:

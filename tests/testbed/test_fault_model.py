@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +25,9 @@ EVERY_KIND = {
     "h1:3:degrade:100mbit": (dict(kind="degrade", host=1, rail=3, rate="100mbit"), "degrade 100mbit on h1 rail3"),
     "h0:3:flap:200:3": (dict(kind="flap", rail=3, period_ms=200, count=3), "flap 200ms x3 on h0 rail3"),
     "h0:1:lossy:0.5": (dict(kind="lossy", rail=1, loss_pct=0.5), "lossy 0.5% on h0 rail1"),
+    "h0:1:gray:in:600": (dict(kind="gray", rail=1, direction="in", max_bytes=600), "gray in >600 B on h0 rail1"),
+    "h1:2:marginal:90:out": (dict(kind="marginal", host=1, rail=2, loss_pct=90, direction="out", max_bytes=1000),
+                             "marginal 90% out >1000 B on h1 rail2"),
     "h1:all-down": (dict(kind="all-down", host=1, rail=None), "all-down on h1 all rails"),
     "h1:2:drain": (dict(kind="drain", host=1, rail=2), "drain on h1 rail2"),
     "h1:2:undrain": (dict(kind="undrain", host=1, rail=2), "undrain on h1 rail2"),
@@ -35,9 +39,12 @@ EVERY_KIND = {
 def test_the_vocabulary_is_covered_once():
     assert sorted(parse_fault_text(t).kind for t in EVERY_KIND) == sorted(faults.KINDS)
     assert len(set(faults.KINDS)) == len(faults.KINDS)
-    assert faults.LAB_KINDS == ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy")  # `r2cc lab fault` order
-    assert faults.RAIL_FAULTS == ("down", "blackhole", "degrade", "flap", "lossy")  # what `r2cc bench` injects
-    assert set(faults.HELD_KINDS) == {"down", "blackhole", "degrade", "flap", "lossy", "all-down", "drain", "failover"}
+    assert faults.LAB_KINDS == ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy", "gray",
+                                "marginal")  # `r2cc lab fault` order
+    assert faults.RAIL_FAULTS == ("down", "blackhole", "degrade", "flap", "lossy", "gray", "marginal")  # `r2cc bench`
+    assert set(faults.HELD_KINDS) == {"down", "blackhole", "degrade", "flap", "lossy", "gray", "marginal", "all-down",
+                                      "drain", "failover"}
+    assert set(faults.STEADY_RAIL_FAULTS) == {"down", "blackhole", "degrade", "lossy", "gray", "marginal"}
 
 
 @pytest.mark.parametrize("notation", EVERY_KIND)
@@ -64,6 +71,28 @@ def test_spellings_defaults_and_normalisation():
     assert held.text == "down on h0 rail1 after 2 s for 4.5 s"
 
 
+# gray and marginal: every way to write them, the spec it makes and the notation it reads back as
+SIZE_FORMS = [
+    ("h0:1:gray", ["gray"], "both", 1000, None, "h0:1:gray"),
+    ("h0:1:gray:out", ["gray", "out"], "out", 1000, None, "h0:1:gray:out"),
+    ("h0:1:gray:in:600", ["gray", "in", "600"], "in", 600, None, "h0:1:gray:in:600"),
+    ("h0:1:gray:600", ["gray", "600"], "both", 600, None, "h0:1:gray:both:600"),
+    ("h0:1:gray:both:1000", ["gray", "both", "1000"], "both", 1000, None, "h0:1:gray"),
+    ("h0:1:marginal:90", ["marginal", "90"], "both", 1000, 90.0, "h0:1:marginal:90"),
+    ("h0:1:marginal:0.5:out", ["marginal", "0.5", "out"], "out", 1000, 0.5, "h0:1:marginal:0.5:out"),
+    ("h0:1:marginal:90:both", ["marginal", "90", "both"], "both", 1000, 90.0, "h0:1:marginal:90"),
+]
+
+
+@pytest.mark.parametrize("notation, words, direction, max_bytes, loss_pct, canonical", SIZE_FORMS)
+def test_gray_and_marginal_in_notation_and_words(notation, words, direction, max_bytes, loss_pct, canonical):
+    spec = parse_fault_text(notation)
+    assert (spec.direction, spec.max_bytes, spec.loss_pct) == (direction, max_bytes, loss_pct)
+    assert parse_fault_words(words, 0, 1) == spec  # `r2cc lab fault h0 1 gray out 600`
+    assert spec.notation == canonical and parse_fault_text(canonical) == spec
+    assert spec.undo(4) == [FaultSpec("clear", 0, 1)]
+
+
 @pytest.mark.parametrize("words, message", [
     ([], "no fault kind given"),
     (["explode"], "unknown fault kind 'explode': use one of down, up"),
@@ -78,16 +107,29 @@ def test_spellings_defaults_and_normalisation():
     (["down", "7"], "down takes no arguments, got 1"),
     (["drain", "now"], "drain takes no arguments"),
     (["all-down", "x"], "all-down takes no arguments"),
+    (["gray", "sideways"], "gray direction 'sideways' is not valid: use both, out or in (gray [both|out|in] [BYTES]"),
+    (["gray", "out", "-5"], "gray BYTES -5 is not valid: use a whole number of bytes from 68 to 65535"),
+    (["gray", "in", "1.5k"], "gray BYTES '1.5k' is not valid"),
+    (["gray", "67"], "gray BYTES 67 is not valid"),
+    (["gray", "600", "out"], "gray direction '600' is not valid"),
+    (["gray", "out", "600", "x"],
+     "gray takes at most DIR and BYTES: gray [both|out|in] [BYTES], e.g. gray out 600, got 3"),
+    (["marginal"], "marginal takes PCT and at most DIR: marginal PCT [both|out|in], e.g. marginal 90 out, got 0"),
+    (["marginal", "150"], "marginal needs a percentage above 0 and at most 100 (marginal PCT [both|out|in]"),
+    (["marginal", "0.25"], "marginal 0.25%: use steps of 0.1%"),
+    (["marginal", "90", "up"], "marginal direction 'up' is not valid: use both, out or in (marginal PCT"),
 ])
 def test_bad_words(words, message):
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError, match=re.escape(message)):
         parse_fault_words(words, 0, 1)
 
 
 def test_a_tool_names_the_kinds_it_takes():
-    with pytest.raises(UserError, match="'drain' cannot be used here: use one of down, blackhole, degrade, flap, lossy$"):
+    with pytest.raises(UserError, match="'drain' cannot be used here: use one of down, blackhole, degrade, flap, lossy, "
+                                        "gray, marginal$"):
         parse_fault_words(["drain"], 0, 1, faults.RAIL_FAULTS)
-    with pytest.raises(UserError, match="unknown fault kind 'x': use one of down, up, blackhole, clear, degrade, flap, lossy$"):
+    with pytest.raises(UserError, match="unknown fault kind 'x': use one of down, up, blackhole, clear, degrade, flap, "
+                                        "lossy, gray, marginal$"):
         parse_fault_words(["x"], 0, 1, faults.LAB_KINDS)
 
 
@@ -108,6 +150,12 @@ def test_a_tool_names_the_kinds_it_takes():
     ("h0:1:lossy:150", "above 0 and at most 100"),
     ("h0:1:lossy:0.25", "steps of 0.1%"),
     ("h0:1:lossy:lots", "above 0 and at most 100"),
+    ("h0:1:gray:sideways", "gray direction 'sideways' is not valid"),
+    ("h0:1:gray:out:-5", "gray BYTES -5 is not valid"),
+    ("h0:1:gray:out:70000", "gray BYTES 70000 is not valid"),
+    ("h0:1:gray:out::", "not valid: use h<HOST>"),
+    ("h0:1:marginal:150", "marginal needs a percentage above 0 and at most 100"),
+    ("h0:1:marginal", "marginal takes PCT"),
 ])
 def test_bad_notation(text, message):
     with pytest.raises(UserError, match=message):
@@ -125,6 +173,13 @@ def test_bad_notation(text, message):
     (dict(kind="down", rail=0, count=3), "down takes no flap period or count"),
     (dict(kind="down", rail=0, loss_pct=1), "down takes no loss percentage"),
     (dict(kind="lossy", rail=0), "lossy needs a percentage"),
+    (dict(kind="down", rail=0, direction="out"), "down takes no direction or packet size"),
+    (dict(kind="lossy", rail=0, loss_pct=1, max_bytes=600), "lossy takes no direction or packet size"),
+    (dict(kind="gray", rail=0, loss_pct=5), "gray takes no loss percentage"),
+    (dict(kind="gray", rail=0, max_bytes=True), "gray BYTES True is not valid"),
+    (dict(kind="gray", rail=0, max_bytes=600.0), "gray BYTES 600.0 is not valid"),
+    (dict(kind="marginal", rail=0), "marginal needs a percentage"),
+    (dict(kind="marginal", rail=0, loss_pct=5, max_bytes=600), "marginal drops among packets longer than 1000 bytes"),
     (dict(kind="flap", rail=0, period_ms=200.5), "flap needs whole numbers"),
     (dict(kind="down", rail=0, after_s=-1), "after_s must be a number of seconds >= 0, got -1"),
     (dict(kind="down", rail=0, hold_s=float("inf")), "hold_s must be a number of seconds"),
@@ -143,6 +198,7 @@ def test_targets_undo_and_admin():
     assert undo == {
         "h0:1:down": ["h0:1:clear"], "h1:0:up": [], "h0:2:blackhole": ["h0:2:clear"], "h0:2:clear": [],
         "h1:3:degrade:100mbit": ["h1:3:clear"], "h0:3:flap:200:3": ["h0:3:clear"], "h0:1:lossy:0.5": ["h0:1:clear"],
+        "h0:1:gray:in:600": ["h0:1:clear"], "h1:2:marginal:90:out": ["h1:2:clear"],
         "h1:all-down": ["h1:0:clear", "h1:1:clear"], "h1:2:drain": ["h1:2:undrain"], "h1:2:undrain": [],
         "h0:1:failover": ["h0:1:restore"], "h0:1:restore": []}
     assert [t for t in EVERY_KIND if parse_fault_text(t).is_admin] == [
@@ -249,6 +305,9 @@ def test_serving_option_and_held_faults():
         check_held(FaultSpec("down", 0, 1), lab)
     with pytest.raises(UserError, match="clear cannot be held and undone"):
         check_held(FaultSpec("clear", 0, 1, after_s=1, hold_s=1), lab)
+    gray = check_held(parse_option("gray:out:600", host=0, rail=1, after_s=3, hold_s=5), lab)
+    assert (gray.kind, gray.direction, gray.max_bytes, gray.hold_s) == ("gray", "out", 600, 5)
+    assert check_held(parse_option("marginal:90", host=0, rail=1, after_s=3, hold_s=5), lab).loss_pct == 90
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -257,6 +316,17 @@ def test_serving_option_and_held_faults():
     (["demo", "--backend", "default", "--fault", "failover"], "--fault failover needs --backend r2cc"),
     (["serve-bench", "--fault", "clear"], "--fault 'clear': 'clear' cannot be used here"),
     (["bench", "--fault", "h0:1:drain"], "--fault 'h0:1:drain': 'drain' cannot be used here"),
+    (["lab", "fault", "h0", "1", "gray", "sideways"], "gray direction 'sideways' is not valid: use both, out or in"),
+    (["lab", "fault", "h0", "1", "gray", "out", "-5"], "gray BYTES -5 is not valid"),
+    (["lab", "fault", "h0", "1", "marginal", "150"], "marginal needs a percentage above 0 and at most 100"),
+    (["demo", "--fault", "gray:sideways"], "--fault 'gray:sideways': gray direction 'sideways' is not valid"),
+    (["serve-bench", "--fault", "gray:out:-5"], "--fault 'gray:out:-5': gray BYTES -5 is not valid"),
+    (["bench", "--fault", "h0:1:marginal:150"], "--fault 'h0:1:marginal:150': marginal needs a percentage"),
+    (["bench", "--hold-fault", "h0:1:gray:sideways"], "--hold-fault 'h0:1:gray:sideways': gray direction"),
+    (["bench", "--fault", "h0:1:gray:1500"], "--fault 'h0:1:gray:1500': gray drops IP packets longer than 1500 "
+                                              "bytes, and the lab's rails (MTU 1500) carry none: use BYTES below the MTU"),
+    (["bench", "--mtu", "900", "--backend", "r2cc", "--hold-fault", "h0:1:marginal:5"],
+     "--hold-fault 'h0:1:marginal:5': marginal drops IP packets longer than 1000 bytes"),
 ])
 def test_tools_refuse_bad_faults_before_building_anything(argv, message, capsys):
     assert cli_main(argv) == 2

@@ -16,6 +16,8 @@ import signal
 
 from r2cc_serve.testbed.bench import spec
 from r2cc_serve.errors import UserError
+from r2cc_serve.testbed.faults import SIZE_FAULTS, labelled
+from r2cc_serve.testbed.lab.nft_rules import check_below_mtu
 
 
 def register(subparsers) -> None:
@@ -49,17 +51,18 @@ def register(subparsers) -> None:
                         "Latency studies use 1, so the timed calls see the steady state: r2cc's spin gate "
                         "reads the host's CPU pressure smoothed over about a second")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
-                   help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|"
-                        "flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% into a fault-free op's time")
+                   help="h<HOST>:<RAIL>:<KIND>[:ARGS][@PCT%%], KIND down|blackhole|degrade:RATE|lossy:PCT|"
+                        "gray[:DIR][:BYTES]|marginal:PCT[:DIR]|flap[:PERIOD_MS:COUNT]; injected PCT (default 30)%% "
+                        "into a fault-free op's time")
     p.add_argument("--schedule", metavar="LIST",
                    help="r2cc all_reduce schedules to measure side by side, comma list of "
                         f"{','.join(spec.SCHEDULES)} (builtin: today's C++ path); each row gets T_LB, "
                         "the simulator's prediction and its ratio to builtin/direct")
     p.add_argument("--hold-fault", action="append", default=[], metavar="SPEC",
                    help="r2cc only: a lab fault held for the whole launch (set once the group is up), "
-                        "h<HOST>:<RAIL>:down|blackhole|degrade:RATE|lossy:PCT, or drain (that host's rank "
-                        "drains the rail: the same rail out of service, to compare with); e.g. two of h3's "
-                        "four rails down make h3 a straggler at beta 0.5")
+                        "h<HOST>:<RAIL>:down|blackhole|degrade:RATE|lossy:PCT|gray[:DIR][:BYTES]|marginal:PCT[:DIR], "
+                        "or drain (that host's rank drains the rail: the same rail out of service, to compare "
+                        "with); e.g. two of h3's four rails down make h3 a straggler at beta 0.5")
     p.add_argument("--hold-traffic", type=float, default=0.0, metavar="SECONDS",
                    help="with --hold-fault: run 4 MiB all_reduces for this long once the held faults are in "
                         "place, before any size is measured, so the transport can see and act on a fault "
@@ -133,11 +136,16 @@ def options_from_args(args, rate: str | None = None):
     for s in sizes:
         spec.check_op_size(args.op, s, args.hosts)
     spec.check_floor(backends, args.op, args.fault)
+    faults = [spec.parse_fault(f, args.hosts, args.rails) for f in args.fault]
+    for option, given in (("--fault", faults), ("--hold-fault", holds)):
+        for f in (f for f in given if f.fault.kind in SIZE_FAULTS):  # packets the MTU lets be longer
+            with labelled(f"{option} {f.text!r}"):
+                check_below_mtu(f.fault.kind, f.fault.max_bytes, args.mtu)
     return BenchOptions(
         hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu,
         op=args.op, sizes=sizes, backends=backends, iters=args.iters,
         schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
-        warmup=args.warmup, warmup_s=args.warmup_s, faults=[spec.parse_fault(f, args.hosts, args.rails) for f in args.fault],
+        warmup=args.warmup, warmup_s=args.warmup_s, faults=faults,
         timeout_s=args.timeout, fault_timeout_s=args.fault_timeout, followups=args.followups,
         fault_reps=args.fault_reps, hold_traffic_s=args.hold_traffic,
         keep_lab=args.keep_lab)

@@ -117,7 +117,7 @@ class BenchFault:
 
 
 def parse_fault(text: str, hosts: int, rails: int) -> BenchFault:
-    """'h0:1:down@30%', 'h1:2:blackhole', 'h0:0:degrade:100mbit@50%', 'h0:3:flap:200:3@10%'."""
+    """'h0:1:down@30%', 'h1:2:blackhole', 'h0:0:degrade:100mbit@50%', 'h0:3:flap:200:3@10%', 'h0:1:gray:out@30%'."""
     text = text.strip()
     notation, sep, when = text.partition("@")
     with labelled(f"--fault {text!r}"):
@@ -135,8 +135,8 @@ HOLD_KINDS = STEADY_RAIL_FAULTS + ("drain",)  # drain: the rank of that host dra
 
 def parse_hold(text: str, hosts: int, rails: int) -> BenchFault:
     """A fault held for the whole r2cc launch (set after the group is up): 'h3:2:down',
-    'h1:0:degrade:125mbit', 'h0:1:lossy:1', or 'h0:1:drain' (the same rail out of service,
-    for comparison)."""
+    'h1:0:degrade:125mbit', 'h0:1:lossy:1', 'h0:1:gray:in:600', 'h0:1:marginal:90', or 'h0:1:drain'
+    (the same rail out of service, for comparison)."""
     text = text.strip()
     return BenchFault(text, parse_steady_fault(text, hosts, rails, f"--hold-fault {text!r}", HOLD_KINDS), 0.0)
 

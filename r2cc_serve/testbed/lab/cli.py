@@ -43,12 +43,17 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="kinds:\n  down | up | blackhole | clear\n  degrade RATE        e.g. degrade 100mbit\n"
                     "  lossy PCT           drop PCT% of the rail's packets each way, e.g. lossy 1\n"
-                    "  flap [PERIOD_MS COUNT]  e.g. flap 200 5 (down/up COUNT times; default {} {})"
+                    "  gray [DIR] [BYTES]  drop every IP packet longer than BYTES (default 1000), e.g. gray out 600\n"
+                    "  marginal PCT [DIR]  drop PCT% of the IP packets longer than 1000 bytes, e.g. marginal 90\n"
+                    "  flap [PERIOD_MS COUNT]  e.g. flap 200 5 (down/up COUNT times; default {} {})\n"
+                    "DIR: both (default), out (what HOST sends on the rail) or in (what arrives at HOST)"
                     .format(*FLAP_DEFAULTS))
     fault.add_argument("host", metavar="HOST", help="host index: 0, h0 or <prefix>-h0")
     fault.add_argument("rail", metavar="RAIL", help="rail index: 0 or rail0")
     fault.add_argument("kind", metavar="KIND", choices=LAB_KINDS, help=" | ".join(LAB_KINDS))
-    fault.add_argument("args", metavar="ARGS", nargs="*", help="RATE for degrade; PCT for lossy; PERIOD_MS COUNT for flap")
+    fault.add_argument("args", metavar="ARGS", nargs="*",
+                       help="RATE for degrade; PCT for lossy; [DIR] [BYTES] for gray; PCT [DIR] for marginal; "
+                            "PERIOD_MS COUNT for flap")
     fault.set_defaults(func=_fault)
 
 

@@ -1,4 +1,4 @@
-"""Fault injection on one host's rail: down/up, blackhole, degrade, lossy, flap, clear.
+"""Fault injection on one host's rail: down/up, blackhole, lossy, gray, marginal, degrade, flap, clear.
 
 r2cc_serve/testbed/faults.py says what the kinds are and how they are written; this is how the lab
 does them. Each fault acts on the host's own end of the rail (what a NIC or cable fault looks
@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from r2cc_serve.testbed.faults import FaultSpec
 from r2cc_serve.testbed.lab import netns, shaping, state
 from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_scripts, lossy_scripts
+from r2cc_serve.testbed.lab.nft_rules import clear_scripts, fault_scripts
 from r2cc_serve.util.rates import check_rate
 from r2cc_serve.testbed.lab.netns import LabError
 
@@ -65,22 +66,28 @@ def link_up(t: Target) -> None:
     t.forget(("down",))
 
 
-def blackhole(t: Target) -> None:
-    """Drop every IP packet in and out of the host's rail; the link itself stays up.
+def nft_fault(t: Target, spec: FaultSpec, mtu: int) -> None:
+    """Drop packets of the host's rail with nftables (nft_rules.fault_scripts); the link stays up.
 
-    The peer sees silence (no reset, no unreachable), like a dead switch port: TCP only
-    notices through timeouts. Replacing the table in one transaction makes this idempotent.
+    blackhole: every IP packet in and out, like a dead switch port. lossy: a share of them each
+    way, at random. gray: every packet longer than BYTES in its direction, like an MTU mismatch.
+    marginal: a share of those longer than 1000 bytes, like a marginal optic. The peer sees
+    silence (no reset, no unreachable) for what is dropped: TCP notices only through timeouts
+    and retransmissions. Each fault's tables are replaced in one transaction: idempotent.
     """
-    netns.nft(t.ns, blackhole_script(t.layout, t.rail, on=True))
-    t.record("blackhole")
-
-
-def lossy(t: Target, loss_pct: float) -> None:
-    """Drop loss_pct percent of the rail's packets each way, at random: the link stays up and
-    most packets pass, so only TCP's retransmissions (and their timeouts) show it."""
-    for ns, script in lossy_scripts(t.layout, t.host, t.rail, loss_pct):
+    for ns, script in fault_scripts(t.layout, spec, mtu):
         netns.nft(ns, script)
-    t.record("lossy", loss_pct)
+    t.record(spec.kind, _recorded(spec))
+
+
+def _recorded(spec: FaultSpec):
+    """What the state file keeps of an nftables fault (`status` shows it as the fault's arg)."""
+    if spec.kind == "blackhole":
+        return True
+    if spec.kind == "lossy":
+        return spec.loss_pct
+    size = {"direction": spec.direction, "max_bytes": spec.max_bytes}
+    return size if spec.kind == "gray" else {"loss_pct": spec.loss_pct, **size}
 
 
 def degrade(t: Target, rate: str) -> None:

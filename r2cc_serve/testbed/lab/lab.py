@@ -14,9 +14,10 @@ import time
 import uuid
 
 from r2cc_serve import envs
-from r2cc_serve.testbed.faults import HOST_FAULTS, LAB_KINDS, FaultSpec
+from r2cc_serve.testbed.faults import HOST_FAULTS, LAB_KINDS, SIZE_FAULTS, FaultSpec, parse_fault_words
 from r2cc_serve.testbed.lab import inject, mptcp, netns, ping, state, status, topology
 from r2cc_serve.testbed.lab.layout import Layout, check_counts, check_prefix
+from r2cc_serve.testbed.lab.nft_rules import NFT_FAULTS
 from r2cc_serve.util.rates import check_rate
 from r2cc_serve.testbed.lab.netns import LabError
 
@@ -144,7 +145,7 @@ class Lab:
     def fault(self, host: int, rail: int, kind: str, arg=None, *, background: bool = False,
               progress: inject.Progress | None = None) -> threading.Thread | None:
         """Inject (or undo) a fault on host's end of rail; arg: degrade's rate, lossy's percentage,
-        flap's (period_ms, count)."""
+        flap's (period_ms, count), gray's [DIR] [BYTES] and marginal's PCT [DIR] (one value or a tuple)."""
         return self.inject(_lab_spec(kind, host, rail, arg), background=background, progress=progress)
 
     def inject(self, spec: FaultSpec, *, background: bool = False,
@@ -173,14 +174,12 @@ class Lab:
             inject.link_down(target)
         elif spec.kind == "up":
             inject.link_up(target)
-        elif spec.kind == "blackhole":
-            inject.blackhole(target)
+        elif spec.kind in NFT_FAULTS:
+            inject.nft_fault(target, spec, self.mtu)
         elif spec.kind == "clear":
             inject.clear(target, self.rate)
         elif spec.kind == "degrade":
             inject.degrade(target, spec.rate)
-        elif spec.kind == "lossy":
-            inject.lossy(target, spec.loss_pct)
         elif background:  # only flap is left
             thread = inject.FlapThread(target, spec.period_ms, spec.count, progress)
             thread.start()
@@ -223,6 +222,9 @@ def _lab_spec(kind: str, host: int, rail: int, arg) -> FaultSpec:
         return FaultSpec(kind, host, rail, rate=arg)
     if kind == "lossy":
         return FaultSpec(kind, host, rail, loss_pct=arg)
+    if kind in SIZE_FAULTS:  # the words of `r2cc lab fault`: "out", ("in", 600), (90, "out")
+        args = arg if isinstance(arg, (tuple, list)) else [] if arg is None else [arg]
+        return parse_fault_words([kind, *(str(a) for a in args)], host, rail)
     if kind == "flap":
         try:
             period_ms, count = arg

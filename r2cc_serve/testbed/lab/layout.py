@@ -95,11 +95,18 @@ class Layout:
         return f"{self.prefix}_blackhole_rail{k}"
 
     def lossy_table(self, k: int) -> str:
-        return f"{self.prefix}_lossy_rail{k}"
+        return self.drop_table("lossy", k)
 
     def lossy_far_table(self, i: int, k: int) -> str:
-        """The lossy table at the far end of host i's rail k (the peer host or the switch port)."""
-        return f"{self.prefix}_lossy_h{i}_rail{k}"
+        return self.drop_far_table("lossy", i, k)
+
+    def drop_table(self, kind: str, k: int) -> str:
+        """The table of a lossy, gray or marginal fault at the host's own end of rail k."""
+        return f"{self.prefix}_{kind}_rail{k}"
+
+    def drop_far_table(self, kind: str, i: int, k: int) -> str:
+        """That fault's table at the far end of host i's rail k (the peer host or the switch port)."""
+        return f"{self.prefix}_{kind}_h{i}_rail{k}"
 
     # --- addresses ---
     @property

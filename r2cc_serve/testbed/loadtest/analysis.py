@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
-from r2cc_serve.testbed.faults import parse_fault_text
+from r2cc_serve.testbed.faults import HELD_KINDS, parse_fault_text
 from r2cc_serve.testbed.loadtest.bench_serve import Request
 from r2cc_serve.testbed.loadtest.rounds import Round
 from r2cc_serve.testbed.loadtest.scenario import METRICS, PERCENTILES
 from r2cc_serve.testbed.loadtest.intervals import Units, overheads, percentile, verdict
 from r2cc_serve.util.durations import millis, seconds
 
-BREAKS = ("down", "blackhole", "flap", "all-down", "degrade", "drain", "failover")
+BREAKS = HELD_KINDS  # every fault or action that clear, undrain or restore ends (lossy, gray, marginal too)
 REPAIRS = ("up", "clear", "undrain", "restore")
 STALL_S = 2.0  # no new token for this long with requests running is a stall worth reporting
 

@@ -26,7 +26,7 @@ READY_TIMEOUT_S = 60.0  # imports and namespace sockets; a loaded 2-core box may
 class FaultController:
     def __init__(self, lab, *, admin_url: str | None = None, token: str | None = None,
                  host_labels: dict[int, str] | None = None, log_path: str | None = None):
-        self._cfg = {"prefix": lab.prefix, "hosts": lab.hosts, "rails": lab.rails, "rate": lab.rate,
+        self._cfg = {"prefix": lab.prefix, "hosts": lab.hosts, "rails": lab.rails, "rate": lab.rate, "mtu": lab.mtu,
                      "admin_url": admin_url, "token": token, "host_labels": host_labels or {}}
         self._log_path = log_path or os.devnull
         self._proc: subprocess.Popen | None = None

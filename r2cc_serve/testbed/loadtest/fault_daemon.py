@@ -29,7 +29,7 @@ from typing import Callable
 
 from r2cc_serve.testbed.faults import FaultSpec, parse_fault_text
 from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.nft_rules import blackhole_script, clear_scripts, lossy_scripts
+from r2cc_serve.testbed.lab.nft_rules import NFT_FAULTS, clear_scripts, fault_scripts
 from r2cc_serve.testbed.loadtest.linkops import LineReader, LinkSwitch, NftInNamespaces, TcSessions
 
 RT_PRIORITY = 50
@@ -42,11 +42,13 @@ class Step:
     """One kernel change or admin call at one moment: a flap is 2 x count steps."""
     entry: int          # index in the schedule
     at_s: float         # seconds after t0 it is due
-    kind: str           # down, up, blackhole, clear, degrade, lossy, all-down, drain, undrain, failover, restore
+    kind: str           # down, up, blackhole, clear, degrade, lossy, gray, marginal, all-down, drain, ...
     host: int
     rail: int | None
     rate: str | None = None
     loss_pct: float | None = None
+    direction: str | None = None  # gray, marginal
+    max_bytes: int | None = None  # gray, marginal
     label: str = ""     # what a person reads: "down h0 rail1", "flap 2/50 up h0 rail1"
 
 
@@ -63,7 +65,7 @@ def expand(entries: list[FaultSpec]) -> list[Step]:
                 steps.append(Step(n, base + half, "up", spec.host, spec.rail, label=f"flap {i + 1}/{spec.count} up {target}"))
         else:
             steps.append(Step(n, spec.after_s, spec.kind, spec.host, spec.rail, spec.rate, spec.loss_pct,
-                              f"{spec.action} {target}"))
+                              spec.direction, spec.max_bytes, f"{spec.action} {target}"))
     return sorted(steps, key=lambda s: (s.at_s, s.entry))
 
 
@@ -72,13 +74,13 @@ class Actor:
 
     def __init__(self, cfg: dict):
         self.layout = Layout(cfg["prefix"], cfg["hosts"], cfg["rails"])
-        self.rate = cfg.get("rate")
+        self.rate, self.mtu = cfg.get("rate"), cfg.get("mtu")
         self.admin_url, self.token = cfg.get("admin_url"), cfg.get("token")
         self.host_labels = {int(k): v for k, v in (cfg.get("host_labels") or {}).items()}
         hosts = [self.layout.host_ns(i) for i in range(self.layout.hosts)]
         namespaces = hosts + ([self.layout.switch_ns] if self.layout.switched else [])
         self.links = LinkSwitch(namespaces)
-        self.nft = NftInNamespaces(namespaces)  # a lossy rail's far end may be the switch
+        self.nft = NftInNamespaces(namespaces)  # a lossy or gray rail's far end may be the switch
         self.tc = TcSessions(namespaces)
         self.degraded: set[tuple[int, int]] = set()
 
@@ -91,13 +93,10 @@ class Actor:
             return (lambda: all(c() for c in checks)), ""
         if step.kind in ("down", "up"):
             return self._link(step.host, step.rail, up=step.kind == "up"), ""
-        if step.kind == "blackhole":
-            self.nft.run(self.layout.host_ns(step.host), blackhole_script(self.layout, step.rail, on=True))
-            return None, ""
-        if step.kind == "lossy":
-            for ns, script in lossy_scripts(self.layout, step.host, step.rail, step.loss_pct):
+        if step.kind in NFT_FAULTS:
+            for ns, script in fault_scripts(self.layout, step, self.mtu):
                 self.nft.run(ns, script)
-            return None, f"{step.loss_pct:g}% loss"
+            return None, "" if step.loss_pct is None else f"{step.loss_pct:g}% loss"
         if step.kind == "degrade":
             self._shape(step.host, step.rail, step.rate)
             self.degraded.add((step.host, step.rail))

@@ -51,13 +51,23 @@ def test_fault_specs():
     flap = spec.parse_fault("h0:3:flap:200:3@10%", 2, 4)
     assert (flap.fault.period_ms, flap.fault.count) == (200, 3)
     assert spec.BenchFault.from_dict(json.loads(json.dumps(flap.to_dict()))) == flap
+    gray = spec.parse_fault("h0:1:gray:in:600@50%", 2, 4)
+    assert (gray.fault.kind, gray.fault.direction, gray.fault.max_bytes, gray.at) == ("gray", "in", 600, 0.5)
+    assert spec.BenchFault.from_dict(json.loads(json.dumps(gray.to_dict()))) == gray
+    assert spec.parse_fault("h0:1:marginal:90:out", 2, 4).fault.notation == "h0:1:marginal:90:out"
+    held = spec.parse_hold("h0:2:gray", 2, 4).fault  # STEADY_RAIL_FAULTS: held for a whole launch
+    assert (held.kind, held.direction, held.max_bytes) == ("gray", "both", 1000)
+    assert spec.parse_hold("h0:2:marginal:5", 2, 4).fault.loss_pct == 5
     for bad, msg in [("h2:0:down", "host 2"), ("h0:4:down", "rail 4"), ("h0:0:explode", "kind"),
                      ("h0:0:degrade", "one argument, RATE"), ("h0:0:flap:1", "PERIOD_MS and COUNT"),
                      ("x", "not valid"), ("h0:0:down:7", "no arguments"), ("h0:0:down@30", "percentage"),
                      ("h0:0:down@2000%", "between 0 and 1000"),
                      # what the bench cannot clear by itself afterwards
                      ("h0:0:drain", "cannot be used here"), ("h0:all-down", "cannot be used here"),
-                     ("h0:0:clear", "cannot be used here")]:
+                     ("h0:0:clear", "cannot be used here"),
+                     ("h0:0:gray:sideways", "gray direction 'sideways' is not valid"),
+                     ("h0:0:gray:out:-5@10%", "gray BYTES -5 is not valid"),
+                     ("h0:0:marginal:150", "marginal needs a percentage")]:
         with pytest.raises(UserError, match=msg):
             spec.parse_fault(bad, 2, 4)
     with pytest.raises(UserError, match="at least 2 rails"):

@@ -38,7 +38,9 @@ def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
         # a host at half bandwidth: four rate changes due at once (a tc process each took 180 ms here)
         *[{"at": 2.2, "do": f"h0:{k}:degrade:500mbit"} for k in range(4)],
         *[{"at": 2.5, "do": f"h0:{k}:clear"} for k in range(4)],
-        {"at": 2.6, "do": "h1:2:lossy:5"}, {"at": 3.0, "do": "h1:2:clear"}])
+        {"at": 2.6, "do": "h1:2:lossy:5"}, {"at": 3.0, "do": "h1:2:clear"},
+        {"at": 3.1, "do": "h0:3:gray:out:600"}, {"at": 3.2, "do": "h1:0:marginal:5:in"},
+        {"at": 4.0, "do": "h0:3:clear"}, {"at": 4.0, "do": "h1:0:clear"}])
     with lab_session(2, 4, "1gbit", prefix=PREFIX, state=f"/run/r2cc-lab/{PREFIX}-state.json") as lab:
         with FaultController(lab) as ctl:
             assert ctl.priority.startswith("SCHED_FIFO")
@@ -58,14 +60,20 @@ def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
             assert any(name.endswith("lossy_rail2") for _, name in tables), tables
             far = netns.nft_tables(lab.host_ns(0))  # the far end of h1's rail 2 drops too
             assert any(name.endswith("lossy_h1_rail2") for _, name in far), far
+            time.sleep(t0 + 3.35 - time.monotonic())
+            peer = [name for _, name in netns.nft_tables(lab.host_ns(1))]
+            assert "r2ccld_gray_h0_rail3" in peer and "r2ccld_marginal_rail0" in peer, peer  # out: h1's ingress
+            links = {(x["host"], x["rail"]): x for x in lab.status()["links"]}  # read before the clears at 4.0
+            assert links[0, 3]["gray"] == "out" and links[1, 0]["marginal"] == "in"
             steps, outcome = ctl.wait(10)
         assert outcome == "finished" and not [s for s in steps if s["error"]]
-        assert len(steps) == 2 + 2 + 2 + 8 + 1 + 4 + 8 + 2
+        assert len(steps) == 2 + 2 + 2 + 8 + 1 + 4 + 8 + 2 + 4
         # the issue's target: every step in effect within 100 ms of its time (on an idle box far less)
         assert max(s["done"] - s["due"] for s in steps) < 0.1, [(s["label"], s["done"] - s["due"]) for s in steps]
         assert all(_link_state(lab, h, k) == "UP" for h in (0, 1) for k in range(4))
         assert not any("blackhole" in name for _, name in netns.nft_tables(lab.host_ns(0)))
-        assert not any("lossy" in name for h in (0, 1) for _, name in netns.nft_tables(lab.host_ns(h)))
+        assert not any(kind in name for kind in ("lossy", "gray", "marginal")
+                       for h in (0, 1) for _, name in netns.nft_tables(lab.host_ns(h)))
         assert "1Gbit" in netns.tc(lab.host_ns(1), "qdisc", "show", "dev", "rail3")
         layout = Layout(lab.prefix, lab.hosts, lab.rails)  # both ends of each rail back at the lab's rate
         assert all("1Gbit" in netns.tc(ns, "qdisc", "show", "dev", dev)

@@ -50,6 +50,19 @@ def test_fault_windows_use_the_actual_times():
         (2.0003, 4.0003, "down h0 rail1"), (5.0003, 5.2506, "flap 100ms x3 h0 rail2")]
 
 
+def test_rails_that_lose_packets_are_fault_windows_too():
+    d = fakes.result()["backends"]["r2cc"]["rounds"][1]
+    entries = [(2.0, "h0:1:gray:out"), (4.0, "h0:1:clear"), (5.0, "h0:2:lossy:1"), (6.0, "h0:2:clear"),
+               (7.0, "h0:3:marginal:90"), (8.0, "h0:3:clear")]
+    d["plan"]["schedule"] = [{"at": at, "do": do} for at, do in entries]
+    d["steps"] = [{"entry": n, "kind": do.split(":")[2], "host": 0, "rail": int(do.split(":")[1]),
+                   "started": at, "done": at + 0.001} for n, (at, do) in enumerate(entries)]
+    windows = analysis.fault_windows(Round.from_dict(d), lab_rails=4)
+    assert [(w["from_s"], w["to_s"], w["label"]) for w in windows] == [
+        (2.0, 4.0, "gray out >1000 B h0 rail1"), (5.0, 6.0, "lossy 1% h0 rail2"),
+        (7.0, 8.0, "marginal 90% both ways >1000 B h0 rail3")]
+
+
 def test_report_renders_markdown_json_and_figures(tmp_path):
     out = _saved(tmp_path, fakes.result())
     md = open(write_report(out)).read()

@@ -12,7 +12,7 @@ from r2cc_serve.errors import UserError
 from r2cc_serve.testbed.loadtest.scenario import list_scenarios, load_scenario, merge, parse_scenario, scenario_dir
 
 SHIPPED = {"rail-down-restore", "blackhole", "flap", "degrade", "drain-undrain", "two-rails-down",
-           "host-all-rails-down", "degraded-host", "lossy-rail", "lossy-vs-drained", "long-flap"}
+           "host-all-rails-down", "degraded-host", "lossy-rail", "lossy-vs-drained", "long-flap", "gray-rail"}
 BASE = {"load": {"concurrency": 2, "requests": 4}, "faults": [{"at": 1, "do": "h0:1:down"}, {"at": 2, "do": "h0:1:up"}]}
 
 
