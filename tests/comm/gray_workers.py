@@ -18,47 +18,26 @@ GRAY_RAIL = 1
 
 
 def _gray_fault(lab, variant: str):
-    """apply() and clear() for a gray fault of `variant` on host 0's rail GRAY_RAIL, and close().
+    """apply() and clear() for a fault `variant` in the fault notation's KIND[:ARGS] ('gray',
+    'gray:out', 'marginal:90') on host 0's rail GRAY_RAIL, in-process through nftables, and close().
     'degrade:RATE' is a rate cut (a rail that still delivers, slowly), through the lab's tc."""
     if variant.startswith("degrade:"):
         rate = variant.split(":", 1)[1]
         return (lambda: lab.fault(0, GRAY_RAIL, "degrade", rate)), (lambda: lab.fault(0, GRAY_RAIL, "clear")), None
+    from r2cc_serve.testbed.faults import parse_fault_text
     from r2cc_serve.testbed.lab.layout import Layout
+    from r2cc_serve.testbed.lab.nft_rules import clear_scripts, fault_scripts
     from r2cc_serve.testbed.loadtest.linkops import NftInNamespaces
 
     layout = Layout(lab.prefix, lab.hosts, lab.rails)
-    on = _gray_scripts(layout, 0, GRAY_RAIL, *_variant_args(variant))
-    off = _gray_scripts(layout, 0, GRAY_RAIL, None, 0, None)
-    nft = NftInNamespaces(sorted({ns for ns, _ in on}))
+    on = fault_scripts(layout, parse_fault_text(f"h0:{GRAY_RAIL}:{variant}"))
+    off = clear_scripts(layout, 0, GRAY_RAIL)
+    nft = NftInNamespaces(sorted({ns for ns, _ in on + off}))
 
     def run(scripts):
         for ns, script in scripts:
             nft.run(ns, script)
     return (lambda: run(on)), (lambda: run(off)), nft.close
-
-
-def _gray_scripts(layout, host, rail, direction, max_bytes, pct):  # TEMPORARY until nft_rules has it
-    (h_ns, h_dev), (f_ns, f_dev) = layout.link_ends(host, rail)
-    verdict = None
-    if direction is not None:
-        verdict = f"meta protocol ip ip length > {max_bytes} " + (f"numgen random mod 1000 < {round(pct * 10)} " if pct else "") + "drop"
-    out = []
-    for ns, dev, name, wanted in ((h_ns, h_dev, "graytmp_in", direction in ("in", "both", None)),
-                                  (f_ns, f_dev, "graytmp_out", direction in ("out", "both", None))):
-        script = f"add table netdev {name}\ndelete table netdev {name}\n"
-        if verdict and wanted:
-            script += (f"table netdev {name} {{\n  chain ingress {{ type filter hook ingress device \"{dev}\" "
-                       f"priority -300; policy accept; {verdict}; }}\n}}\n")
-        out.append((ns, script))
-    return out
-
-
-def _variant_args(variant: str):
-    """'gray' / 'gray:out' / 'gray:in' / 'marginal:90' -> (direction, max_bytes, drop_pct)."""
-    parts = variant.split(":")
-    if parts[0] == "marginal":
-        return ("both", 1000, float(parts[1]))
-    return (parts[1] if len(parts) > 1 else "both", 1000, None)
 
 
 def _rail_view(comm, rail=GRAY_RAIL):
