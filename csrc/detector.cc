@@ -101,7 +101,7 @@ void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t n
     check_holds_locked(*p, now);
     for (auto& c : p->conns) {
       send_heartbeat_locked(*c, *p, now);
-      send_probe_locked(*c, now);
+      send_probe_locked(*c, *p, now);
       update_bandwidth_locked(*c, now);
       check_loss_locked(*p, *c, now);
     }

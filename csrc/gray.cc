@@ -35,10 +35,12 @@ namespace r2cc {
 
 namespace {
 int64_t ms_ns(int ms) { return int64_t(ms) * 1000000; }
-// A probe fills one segment of the socket, up to a jumbo frame's payload: larger segments (the
-// lab's 64 KiB MTU) would cost bandwidth and prove nothing a real NIC needs.
+// A probe fills one segment of the socket: a standard frame's, or a jumbo frame's on a rail with
+// MTU up to 9000. A larger segment is no Ethernet frame (loopback, the lab's 64 KiB veths): there
+// a standard frame is probed. (9 KB probes there, into a peer that a test then stopped, left its
+// kernel unable to take our bytes without acknowledging them: a dead path to the detector.)
 constexpr size_t kProbeMaxSegment = 9000 - 40;
-constexpr size_t kProbeDefaultSegment = 1448;  // MTU 1500, until the socket's own is known
+constexpr size_t kProbeDefaultSegment = 1500 - 40;  // also until the socket's own is known
 const char kZeros[kProbeMaxSegment] = {};
 }  // namespace
 
@@ -141,11 +143,15 @@ void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_
   counters_.gray_suspects++;
 }
 
-void Transport::send_probe_locked(Conn& c, int64_t now) {
-  // Only where nothing else tests the path: data in flight is full-size segments already.
+void Transport::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
+  // Only where nothing else tests the path (data in flight is full-size segments already), and
+  // only to a peer that is reading: a probe is bytes too, and a stopped process's kernel stops
+  // acknowledging once its buffers are full, which would read as a dead path.
   if (!is_connected(c.state) || c.writing || !c.inflight.empty()) return;
   if (now - c.probe_sent_ns < ms_ns(opt_.rail_timeout_ms) / 2) return;
-  const size_t segment = std::min(kProbeMaxSegment, c.mss ? size_t(c.mss) : kProbeDefaultSegment);
+  if (p.stalled_since_ns || now - c.last_rx_ns.load() > ms_ns(opt_.rail_timeout_ms)) return;
+  if (bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested
+  const size_t segment = c.mss && c.mss <= kProbeMaxSegment ? size_t(c.mss) : kProbeDefaultSegment;
   const size_t pad = segment > sizeof(FrameHeader) ? segment - sizeof(FrameHeader) : 0;
   if (send_room_locked(c, sizeof(FrameHeader) + pad) < sizeof(FrameHeader) + pad) return;
   FrameHeader h = control_frame(FrameType::kProbe, 0, 0, uint32_t(pad));

@@ -223,7 +223,7 @@ void Transport::install(Conn& c, int fd) {
   c.tx_resume_ns = now_ns();
   c.path_dead = false;
   c.probe_sent_ns = 0;  // a new path is probed with a full-size frame at the next pass (gray.cc)
-  c.proven = false;
+  c.proven = first;     // a re-dialed one takes chunks once that probe is delivered
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
   if (c.damp.holding(now_ns())) c.ctrl.push_back(control_frame(FrameType::kHold));

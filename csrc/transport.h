@@ -289,7 +289,7 @@ class Transport {
   void judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears);
   // c silent for its quiet time, its path alive: mute when another rail of p spoke just now.
   void judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t freshest_rx_ns);
-  void send_probe_locked(Conn& c, int64_t now);  // a full-size frame on an idle rail, when due
+  void send_probe_locked(Conn& c, const Peer& p, int64_t now);  // a full-size frame on an idle rail, when due
   double usual_rate_locked(const Peer& p) const;  // the fastest measured rate of p's rails
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);

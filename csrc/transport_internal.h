@@ -81,7 +81,8 @@ struct Transport::Conn {
   int64_t probe_sent_ns = 0;  // this socket's last probe written (0: none yet)
   // The path carried a full-size probe and every byte before it: until then the rail takes new
   // chunks only when no proven rail can (conn_takes_chunks_locked), so a re-dialed gray path is
-  // found by its probe, not by the chunks of a collective.
+  // found by its probe, not by the chunks of a collective. A group's first connections start
+  // proven: they all came up together, and none should be favoured over another at the start.
   bool proven = false;
   uint32_t mss = 0;  // the socket's segment size, from its last progress sample (0: not yet known)
   std::vector<std::pair<uint64_t, uint32_t>> inflight;  // (seq, chunk) sent, not acked

@@ -46,6 +46,8 @@ class R2CCCollector:
                                     "rail in its last loss window (worst connection)", labels=labels)
         loss_holds = CounterMetricFamily("r2cc_rail_loss_holds", "times the rail was held out for losing packets",
                                          labels=labels)
+        gray = CounterMetricFamily("r2cc_rail_gray_suspects", "times the rail was set aside while the peer still "
+                                   "spoke on it (data stuck or crawling: a gray failure)", labels=labels)
         for r in snap.rails:
             lv = [r["host"], str(r["rail"])]
             up.add_metric(lv, 1.0 if r["state"] in ("up", "slow") else 0.0)
@@ -62,7 +64,8 @@ class R2CCCollector:
             hold.add_metric(lv, (r.get("hold") or {}).get("left_s", 0.0))
             retrans.add_metric(lv, r.get("retrans_pct", 0.0))
             loss_holds.add_metric(lv, r.get("loss_holds", 0))
-        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold, retrans, loss_holds)
+            gray.add_metric(lv, r.get("gray_suspects", 0))
+        yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold, retrans, loss_holds, gray)
         yield from self._hosts(snap)
         yield from self._peers(snap)
         yield from self._spins(snap)

@@ -58,6 +58,8 @@ class Rail(BaseModel):
     retrans_pct: float = Field(0.0, description="share of data segments the kernel retransmitted on this rail in the "
                                "last loss window, percent (the worst connection); a healthy rail is near 0")
     loss_holds: int = Field(0, description="times the rail was held out for losing packets")
+    gray_suspects: int = Field(0, description="times the rail was set aside while the peer still spoke on it: "
+                               "our bytes stuck or crawling, or the peer's stopped on it alone (a gray failure)")
     detection_s: float = Field(description="silence before the last failure was declared")
     last_error: Optional[str]
     last_error_time: Optional[float] = Field(description="unix seconds")

@@ -35,6 +35,7 @@ def rail_view(conns: list[dict]) -> dict:
         "flap_failures": sum(c.get("flap_failures", 0) for c in conns),
         "retrans_pct": max((c.get("retrans_pct", 0.0) for c in conns), default=0.0),
         "loss_holds": sum(c.get("loss_holds", 0) for c in conns),
+        "gray_suspects": sum(c.get(k, 0) for c in conns for k in ("stuck_suspects", "mute_suspects", "slow_suspects")),
         "detection_s": max((c["last_detect_s"] for c in conns), default=0.0),
         "last_error": last["last_error"] or None,
         "last_error_time": last["last_error_time"] or None,

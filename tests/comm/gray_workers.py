@@ -42,8 +42,8 @@ def _gray_fault(lab, variant: str):
 
 def _rail_view(comm, rail=GRAY_RAIL):
     s = next(s for s in comm.rail_stats() if s["rail"] == rail)
-    return {k: s[k] for k in ("state", "failovers", "stuck_suspects", "slow_suspects", "mute_suspects",
-                              "last_detect_s", "last_error", "flap_failures", "holds", "reconnects")}
+    return {k: s.get(k, 0) for k in ("state", "failovers", "stuck_suspects", "slow_suspects", "mute_suspects",
+                                     "last_detect_s", "last_error", "flap_failures", "holds", "reconnects")}
 
 
 def _watch_detection(comm, t_fault, out, stop):

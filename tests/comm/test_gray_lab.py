@@ -11,7 +11,7 @@ from tests.comm import gray_workers
 from tests.comm.harness import run_ranks
 
 pytestmark = [pytest.mark.lab, pytest.mark.requires("root", "ip", "tc", "nft")]
-PREFIX, STATE = "r2ccgl", "/run/r2cc-lab/r2ccgl-state.json"
+PREFIX, STATE = "r2ccgr", "/run/r2cc-lab/r2ccgr-state.json"
 # Short holds so a test waits seconds, not the default 10 s, for the rail to come back.
 OPTS = {"hold_s": 1.0}
 KERNEL_TIMEOUT_S = 5.0  # TCP_USER_TIMEOUT on every rail (csrc/net.cc): what ended a gray rail before
