@@ -18,10 +18,13 @@ from r2cc_serve.errors import KnobError
 @dataclass(frozen=True)
 class Knob:
     name: str
-    default: object
+    default: object  # the value, or a function of no arguments that works it out (R2CC_STATUS_DIR)
     parse: Callable[[str], object]
     help: str
     transport: str | None = None  # the TransportOptions field (csrc/transport.h) this knob sets
+
+    def default_value(self):
+        return self.default() if callable(self.default) else self.default
 
 
 def _bool(s: str) -> bool:
@@ -49,6 +52,18 @@ def _port_range(s: str) -> PortRange:
     if not 1 <= first <= last <= 65535:
         raise ValueError("expected FIRST-LAST with 1 <= FIRST <= LAST <= 65535")
     return PortRange(first, last)
+
+
+def _default_status_dir() -> str:
+    """R2CC_STATUS_DIR when unset: runtime files of this deployment, outside /tmp (see its help)."""
+    unit = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]  # systemd's RuntimeDirectory= of the unit
+    if unit:
+        return os.path.join(unit, "r2cc-status")
+    if os.geteuid() == 0:
+        return "/run/r2cc/status"
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "r2cc", "status")
+    return os.path.join(os.path.expanduser("~"), ".cache", "r2cc", "status")
 
 
 _KNOBS: dict[str, Knob] = {}
@@ -253,8 +268,14 @@ _knob("R2CC_FT_REFORM_TIMEOUT_S", 3.0, float,
 # --- health and control ----------------------------------------------------------
 _knob("R2CC_CONTROL", True, _bool,
       "Each communicator runs a control agent (rail state, drain/failover) and writes a status file.")
-_knob("R2CC_STATUS_DIR", "/tmp/r2cc-status", str,
-      "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address).")
+_knob("R2CC_STATUS_DIR", _default_status_dir, str,
+      "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address and "
+      "token), read by `r2cc admin` on the host. Default: $RUNTIME_DIRECTORY/r2cc-status in a systemd "
+      "unit with RuntimeDirectory= (one per unit: per deployment, removed when it stops), else "
+      "/run/r2cc/status for root, $XDG_RUNTIME_DIR/r2cc/status, or ~/.cache/r2cc/status. Not /tmp: "
+      "systemd's PrivateTmp hides it from `r2cc admin` and every deployment on the host shares it. Two "
+      "deployments on one host outside such units need one each (equal group names overwrite each "
+      "other's files).")
 _knob("R2CC_STATE_DIR", "", str,
       "Where each host keeps the drains and failovers operators made through the admin API "
       "(<group>@<host>.json, with reason, token fingerprint and time), so that a restarted group "
@@ -299,7 +320,7 @@ def get(name: str):
         raise KeyError(f"unknown r2cc knob {name!r}; declare it in r2cc_serve/envs.py")
     raw = os.environ.get(name)
     if raw is None or raw == "":
-        return knob.default
+        return knob.default_value()
     try:
         return knob.parse(raw)
     except ValueError as exc:

@@ -55,6 +55,7 @@ def test_cli_knobs_lists_every_setting_and_unknown_command_fails_cleanly():
     out = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "knobs"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert all(k.name in out.stdout for k in envs.all_knobs())
+    assert f" {envs.get('R2CC_STATUS_DIR')} " in out.stdout  # a default worked out, shown as a value
     bad = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "nonsense"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
