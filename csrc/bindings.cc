@@ -190,6 +190,7 @@ void bind_helpers(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "r2cc C++ core: multi-rail transport and collectives";
+  m.attr("PROTOCOL_VERSION") = kProtocolVersion;  // of the wire (protocol.h); `r2cc --version` shows it
   bind_errors(m);
   bind_element_types(m);
   bind_options(m);

@@ -3,6 +3,8 @@
 from enum import Enum
 from typing import ClassVar
 
+PROTOCOL_VERSION: int  # of the wire (csrc/protocol.h): peers with another one are refused at the handshake
+
 class AbortedError(RuntimeError):
     kind: str  # the name of an ErrorKind other than none
 
