@@ -22,9 +22,11 @@ T* ptr(uintptr_t p) {
 
 // AbortedError carries the failure's kind (errors.h) as `.kind`, a string such as "rails_down";
 // r2cc_serve/comm/errors.py maps each kind to its Python exception. _C.ErrorKind names them all.
+// PortRangeError (net.h) carries `.address` and `.ports` (first, last) for the message users read.
 void bind_errors(py::module_& m) {
   static py::exception<AbortedError> aborted(m, "AbortedError", PyExc_RuntimeError);
   static py::exception<LastRailError> last_rail(m, "LastRailError", PyExc_RuntimeError);
+  static py::exception<PortRangeError> port_range(m, "PortRangeError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -34,6 +36,11 @@ void bind_errors(py::module_& m) {
       PyErr_SetObject(aborted.ptr(), exc.ptr());
     } catch (const LastRailError& e) {
       py::set_error(last_rail, e.what());
+    } catch (const PortRangeError& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(port_range.ptr())(e.what());
+      exc.attr("address") = e.address;
+      exc.attr("ports") = py::make_tuple(e.ports.first, e.ports.second);
+      PyErr_SetObject(port_range.ptr(), exc.ptr());
     }
   });
   py::enum_<ErrorKind> kinds(m, "ErrorKind");
@@ -184,6 +191,7 @@ void bind_helpers(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "r2cc C++ core: multi-rail transport and collectives";
+  m.attr("PROTOCOL_VERSION") = kProtocolVersion;  // of the wire (protocol.h); `r2cc --version` shows it
   bind_errors(m);
   bind_element_types(m);
   bind_options(m);

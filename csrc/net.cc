@@ -120,23 +120,36 @@ static sockaddr_in make_addr(const std::string& ip, int port) {
 
 static void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-int listen_on(const std::string& ip, int* port) {
-  sockaddr_in a = make_addr(ip, 0);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("r2cc: socket(): " + errno_str(errno));
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 128) != 0) {
+int listen_on(const std::string& ip, PortRange ports, int* port) {
+  const bool any = ports.first == 0 && ports.second == 0;
+  if (!any && !(1 <= ports.first && ports.first <= ports.second && ports.second <= 65535))
+    throw std::invalid_argument("r2cc: port range " + std::to_string(ports.first) + "-" +
+                                std::to_string(ports.second) + " is not FIRST-LAST within 1-65535");
+  for (int p = any ? 0 : ports.first; p <= (any ? 0 : ports.second); ++p) {
+    sockaddr_in a = make_addr(ip, p);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("r2cc: socket(): " + errno_str(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    // Two sockets with SO_REUSEADDR may both bind a port no one listens on yet; the second
+    // listen() then fails with EADDRINUSE: taken too, so the next port.
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && listen(fd, 128) == 0) {
+      socklen_t len = sizeof(a);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      *port = ntohs(a.sin_port);
+      set_nonblocking(fd);
+      return fd;
+    }
     int err = errno;
     close(fd);
-    throw std::runtime_error("r2cc: cannot listen on " + ip + ": " + errno_str(err) +
-                             " (is that address configured on this host / namespace?)");
+    if (err == EADDRINUSE && !any) continue;
+    std::string where = any ? ip : ip + ":" + std::to_string(p);
+    throw std::runtime_error("r2cc: cannot listen on " + where + ": " + errno_str(err) +
+                             (err == EACCES ? " (ports below 1024 need root or CAP_NET_BIND_SERVICE: check "
+                                              "R2CC_PORT_RANGE)"
+                                            : " (is that address configured on this host / namespace?)"));
   }
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  *port = ntohs(a.sin_port);
-  set_nonblocking(fd);
-  return fd;
+  throw PortRangeError(ip, ports);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -33,8 +34,26 @@ void enter_netns_forever(const std::string& path);
 // IPv4 address of interface `ifname` in the current namespace; "" if none.
 std::string iface_ipv4(const std::string& ifname);
 
-// Listening TCP socket bound to ip:0 (non-blocking). Returns fd; *port gets the port.
-int listen_on(const std::string& ip, int* port);
+// The ports a listener may take, first to last (R2CC_PORT_RANGE); {0, 0}: any port the kernel
+// picks (ephemeral), which no firewall rule can name in advance.
+using PortRange = std::pair<int, int>;
+
+// Every port of a listener's range was in use (other ranks' listeners, or other programs).
+// r2cc_serve/comm/errors.py turns it into a PortRangeError that says what to do.
+class PortRangeError : public std::runtime_error {
+ public:
+  PortRangeError(const std::string& address, PortRange ports)
+      : std::runtime_error("r2cc: no free port on " + address + " in " + std::to_string(ports.first) + "-" +
+                           std::to_string(ports.second) + ": every one is in use"),
+        address(address), ports(ports) {}
+  std::string address;
+  PortRange ports;
+};
+
+// Listening TCP socket (non-blocking) on ip and the first port of `ports` no other socket holds
+// (any port with {0, 0}). Returns fd; *port gets the port. Throws PortRangeError when every
+// port of the range is taken, std::runtime_error for any other failure.
+int listen_on(const std::string& ip, PortRange ports, int* port);
 
 // How an I/O helper ended. kStopped: should_stop() turned true; kBlocked: the socket took no
 // more and the caller asked not to wait; kError: the socket failed (see IoCause).

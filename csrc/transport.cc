@@ -89,10 +89,18 @@ Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std
   add(caller_ep_, epfd_);
   add(caller_ep_, caller_bell_);
   ScopedNetns in_ns(netns_);
-  for (int r = 0; r < R; ++r) {
-    int port = 0;
-    listen_fds_.push_back(listen_on(rail_ips_[r], &port));
-    ports_.push_back(port);
+  try {
+    for (int r = 0; r < R; ++r) {
+      int port = 0;
+      listen_fds_.push_back(listen_on(rail_ips_[r], opt_.port_range, &port));
+      ports_.push_back(port);
+    }
+  } catch (...) {
+    // No destructor runs after a throwing constructor: give back the ports (and descriptors)
+    // taken so far, or a retry in this process finds its own leftovers in the port range.
+    for (int fd : listen_fds_) ::close(fd);
+    for (int fd : {epfd_, rx_ep_, caller_ep_, wake_fd_, caller_bell_, watchdog_timer_fd_}) ::close(fd);
+    throw;
   }
 }
 

@@ -60,6 +60,7 @@ namespace r2cc {
 // which halves every flap_half_life_s; a failure that brings it to flap_threshold (0: never)
 // holds the rail out until it has gone hold_s without failing, doubled for each new hold up to
 // hold_max_s.
+// port_range: each rail's listener takes the first free port of it ({0, 0}: any port; net.h).
 // chunk_bytes / min_chunk_bytes: a bulk message's chunk carries ~kChunkTimeMs of the slowest rail
 // to its peer, between these two (bulk_chunk_locked).
 #define R2CC_TRANSPORT_OPTIONS(X)          \
@@ -84,7 +85,8 @@ namespace r2cc {
   X(double, hold_s, 10)                    \
   X(double, hold_max_s, 300)               \
   X(double, loss_hold_pct, 0.5)            \
-  X(int, loss_min_segments, 1000)
+  X(int, loss_min_segments, 1000)          \
+  X(PortRange, port_range, PortRange(29650, 29749))
 
 struct TransportOptions {
 #define R2CC_OPTION_FIELD(type, name, value) type name = value;

@@ -3,6 +3,8 @@
 from enum import Enum
 from typing import ClassVar
 
+PROTOCOL_VERSION: int  # of the wire (csrc/protocol.h): peers with another one are refused at the handshake
+
 class AbortedError(RuntimeError):
     kind: str  # the name of an ErrorKind other than none
 
@@ -18,6 +20,11 @@ class ErrorKind(Enum):
     aborted: ErrorKind
 
 class LastRailError(RuntimeError): ...
+
+class PortRangeError(RuntimeError):
+    """Every port of a rail listener's range (R2CC_PORT_RANGE) was in use."""
+    address: str
+    ports: tuple[int, int]  # first, last
 
 class DType(Enum):
     f32: DType
@@ -54,6 +61,7 @@ class TransportOptions:
     hold_max_s: float
     loss_hold_pct: float
     loss_min_segments: int
+    port_range: tuple[int, int]  # first, last; (0, 0): any port the kernel picks
     FIELDS: ClassVar[list[str]]  # the fields above, in csrc/transport.h's order
     def __init__(self) -> None: ...
 

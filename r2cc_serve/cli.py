@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -25,8 +26,47 @@ _SUBCOMMANDS = [
 ]
 
 
+def version_text() -> str:
+    """What `r2cc --version` prints: the package, its C++ core's wire protocol, and the vLLM it
+    integrates with. Reads metadata only: imports neither torch nor vLLM."""
+    from importlib import metadata
+
+    import r2cc_serve
+    from r2cc_serve import pins
+
+    try:
+        version = metadata.version("r2cc-serve")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        version = r2cc_serve.__version__
+    try:
+        from r2cc_serve import _C
+
+        name = os.path.basename(_C.__file__)  # _C.<python ABI tag>.so
+        core = f"wire protocol {_C.PROTOCOL_VERSION}, built for {name.split('.')[1] if name.count('.') == 2 else name}"
+    except ImportError as exc:
+        core = f"not built ({exc})"
+    try:
+        installed = f"installed: {metadata.version('vllm')}"
+    except metadata.PackageNotFoundError:
+        installed = "not installed"
+    return (f"r2cc-serve {version}\n"
+            f"C++ core: {core}\n"
+            f"vLLM: integrates with {pins.VLLM_VERSION} ({installed})")
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version of r2cc-serve, its C++ core "
+                         "and the vLLM it integrates with, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="r2cc", description="r2cc-serve: resilient multi-rail collectives")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for modname in _SUBCOMMANDS:
         try:
@@ -73,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
         print("r2cc: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `r2cc lab status | head`: the reader left, not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

@@ -8,21 +8,62 @@ that a typo fails loudly instead of silently using a default.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
+
+from r2cc_serve.errors import KnobError
 
 
 @dataclass(frozen=True)
 class Knob:
     name: str
-    default: object
+    default: object  # the value, or a function of no arguments that works it out (R2CC_STATUS_DIR)
     parse: Callable[[str], object]
     help: str
     transport: str | None = None  # the TransportOptions field (csrc/transport.h) this knob sets
 
+    def default_value(self):
+        return self.default() if callable(self.default) else self.default
+
 
 def _bool(s: str) -> bool:
     return s.strip().lower() in ("1", "true", "yes", "on")
+
+
+class PortRange(NamedTuple):
+    """Ports a listener may take, first to last; (0, 0): any port the kernel picks."""
+
+    first: int
+    last: int
+
+    def __str__(self) -> str:  # as written in R2CC_PORT_RANGE
+        return f"{self.first}-{self.last}" if self.first else "0"
+
+
+def _port_range(s: str) -> PortRange:
+    s = s.strip()
+    if s == "0":
+        return PortRange(0, 0)
+    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", s)
+    if not m:
+        raise ValueError("expected FIRST-LAST, e.g. 29650-29749, or 0 for any free port")
+    first, last = int(m[1]), int(m[2])
+    if not 1 <= first <= last <= 65535:
+        raise ValueError("expected FIRST-LAST with 1 <= FIRST <= LAST <= 65535")
+    return PortRange(first, last)
+
+
+def _default_status_dir() -> str:
+    """R2CC_STATUS_DIR when unset: runtime files of this deployment, outside /tmp (see its help)."""
+    unit = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]  # systemd's RuntimeDirectory= of the unit
+    if unit:
+        return os.path.join(unit, "r2cc-status")
+    if os.geteuid() == 0:
+        return "/run/r2cc/status"
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "r2cc", "status")
+    return os.path.join(os.path.expanduser("~"), ".cache", "r2cc", "status")
 
 
 _KNOBS: dict[str, Knob] = {}
@@ -150,6 +191,14 @@ _knob("R2CC_SPIN_MAX_CPU_PRESSURE", 0.10, float,
       "0; the 2-core lab serving a model sits far above 0.1. 1: spin whatever the load; without "
       "PSI in the kernel a rank spins only at 1.",
       transport="spin_max_cpu_pressure")
+_knob("R2CC_PORT_RANGE", PortRange(29650, 29749), _port_range,
+      "Ports r2cc listens on, FIRST-LAST: each rail listener of a rank and its control agent take the "
+      "first free port of the range, so a firewall can name them and several ranks (or deployments) on "
+      "a host each get their own; a rank needs one per rail address and one on its agent's address. The "
+      "default misses vLLM's ports (8000, 29500-29501, 29550, 29600) and Linux's ephemeral 32768-60999. "
+      "Open it on the rail networks and, for the agents, from the admin API's host. 0: any free port "
+      "the kernel picks (ephemeral: no firewall rule can name it).",
+      transport="port_range")
 _knob("R2CC_SMALL_MSG_BYTES", 64 * 1024, int,
       "Sends up to this size are copied and complete at once (kept until acknowledged).",
       transport="small_msg_bytes")
@@ -219,8 +268,14 @@ _knob("R2CC_FT_REFORM_TIMEOUT_S", 3.0, float,
 # --- health and control ----------------------------------------------------------
 _knob("R2CC_CONTROL", True, _bool,
       "Each communicator runs a control agent (rail state, drain/failover) and writes a status file.")
-_knob("R2CC_STATUS_DIR", "/tmp/r2cc-status", str,
-      "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address).")
+_knob("R2CC_STATUS_DIR", _default_status_dir, str,
+      "Where each rank writes <group>-rank<r>.json (state, counters, events, its agent's address and "
+      "token), read by `r2cc admin` on the host. Default: $RUNTIME_DIRECTORY/r2cc-status in a systemd "
+      "unit with RuntimeDirectory= (one per unit: per deployment, removed when it stops), else "
+      "/run/r2cc/status for root, $XDG_RUNTIME_DIR/r2cc/status, or ~/.cache/r2cc/status. Not /tmp: "
+      "systemd's PrivateTmp hides it from `r2cc admin` and every deployment on the host shares it. Two "
+      "deployments on one host outside such units need one each (equal group names overwrite each "
+      "other's files).")
 _knob("R2CC_STATE_DIR", "", str,
       "Where each host keeps the drains and failovers operators made through the admin API "
       "(<group>@<host>.json, with reason, token fingerprint and time), so that a restarted group "
@@ -265,11 +320,11 @@ def get(name: str):
         raise KeyError(f"unknown r2cc knob {name!r}; declare it in r2cc_serve/envs.py")
     raw = os.environ.get(name)
     if raw is None or raw == "":
-        return knob.default
+        return knob.default_value()
     try:
         return knob.parse(raw)
     except ValueError as exc:
-        raise ValueError(
+        raise KnobError(
             f"{name}={raw!r} is not valid ({exc}); unset it or see `r2cc knobs` for the expected form"
         ) from None
 

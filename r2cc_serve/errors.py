@@ -15,6 +15,22 @@ class UserError(R2CCError):
     """Bad input or environment; the CLI prints it without a traceback."""
 
 
+class KnobError(UserError, ValueError):
+    """An R2CC_* knob holds a value its parser refuses (one line: the knob, the value, the form)."""
+
+
+class PortRangeError(UserError):
+    """A listener (a rail or the control agent) found every port of R2CC_PORT_RANGE in use."""
+
+    @classmethod
+    def exhausted(cls, listener: str, first: int, last: int) -> "PortRangeError":
+        """The message says which knob and range, and what to do; `listener`, e.g. "rail 0 on 10.0.0.1"."""
+        return cls(f"R2CC_PORT_RANGE={first}-{last}: no free port for {listener}: all {last - first + 1} are in use "
+                   "(by other r2cc ranks or other programs; `ss -ltnp` shows which). Each rank listens on one port "
+                   "per rail and one for its control agent: widen R2CC_PORT_RANGE (and the firewall rule with it), "
+                   "stop what holds the ports, or set R2CC_PORT_RANGE=0 to take any free port.")
+
+
 class GroupAbortedError(R2CCError):
     """The group is aborted (by abort(), an operator, or a peer): every later call raises too."""
 

@@ -10,7 +10,7 @@ from r2cc_serve import envs
 def _run(args) -> int:
     for knob in envs.all_knobs():
         cur = os.environ.get(knob.name)
-        shown = f"{cur} (set)" if cur else f"{knob.default}"
+        shown = f"{cur} (set)" if cur else f"{knob.default_value()}"
         print(f"{knob.name:32} {shown:24} {knob.help}")
     return 0
 

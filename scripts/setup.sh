@@ -35,7 +35,7 @@ source scripts/pip_quiet.sh
 pip_install() { pip_quiet "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 source scripts/pins.sh  # TORCH_VERSION, VLLM_VERSION
 step "pip: torch $TORCH_VERSION (CPU), build and test tools"
-pip_install "torch==$TORCH_VERSION" "pybind11>=2.12" "setuptools>=68" wheel \
+pip_install "torch==$TORCH_VERSION" "pybind11>=2.12" "setuptools>=77" wheel \
   pytest pytest-timeout "schemathesis>=4" mpi4py
 
 step "pip: r2cc-serve (editable) and its C++ core"

@@ -22,7 +22,8 @@ def _serve(args) -> int:
     status_dir = args.status_dir or envs.get("R2CC_STATUS_DIR")
     if not os.path.isdir(status_dir):
         raise UserError(f"status directory {status_dir} does not exist: start an r2cc group on this host first, "
-                        "or pass --status-dir (R2CC_STATUS_DIR of that group)")
+                        "or pass --status-dir (R2CC_STATUS_DIR of that group; in a systemd unit with "
+                        "RuntimeDirectory=NAME it is /run/NAME/r2cc-status)")
     token = configured_token()
     if token is None:
         print("r2cc admin: no R2CC_ADMIN_TOKEN set: reads work, drain/failover answer 403", flush=True)

@@ -125,7 +125,11 @@ class Communicator:
         self.monitor = self.agent = None
         self.control = control
         if envs.get("R2CC_CONTROL"):
-            self.start_control()
+            try:
+                self.start_control()
+            except BaseException:
+                self.close()  # e.g. no free port for the agent: the rails' ports are given back too
+                raise
 
     def _form(self, meet: Rendezvous, options: dict) -> None:
         """Everything that can fail before the group is up: this rank's rails and schedule, then
@@ -146,9 +150,10 @@ class Communicator:
         secret = meet.secret()
         group_hash = int.from_bytes(hashlib.sha256(group.encode()).digest()[:8], "little")
         netns_path = f"/var/run/netns/{netns}" if netns else ""
+        opt = transport_options(fallback_rails=self.num_fallback, **options)
+        self.port_range = tuple(opt.port_range)  # the control agent listens in it too
         with translate_errors():
-            self._t = _C.Transport(rank, world_size, self.rail_ips, netns_path, secret, group_hash,
-                                   transport_options(fallback_rails=self.num_fallback, **options))
+            self._t = _C.Transport(rank, world_size, self.rail_ips, netns_path, secret, group_hash, opt)
         try:
             meet.publish(list(zip(self.rail_ips, self._t.listen_ports())))
             addrs = meet.peers(len(self.rail_ips))
@@ -170,7 +175,7 @@ class Communicator:
         label = envs.get("R2CC_HOST_LABEL") or self.netns or c.default_host or f"rank{rank}"
         self.monitor = RailMonitor(self, self.group, rank, c.node, envs.get("R2CC_STATUS_DIR") or None,
                                    envs.get("R2CC_MONITOR_INTERVAL_MS") / 1000.0, host=label)
-        self.agent = ControlAgent(self, self.monitor, host).start()
+        self.agent = ControlAgent(self, self.monitor, host, self.port_range).start()
         self.monitor.extra.update(agent_address=self.agent.address, agent_token=self.agent.token)
         self.monitor.start()
 

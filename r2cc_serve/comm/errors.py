@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 
 from r2cc_serve.errors import (CallMismatchError, CollectiveTimeoutError, CommunicatorClosedError, GroupAbortedError,
-                               LastRailError, PeerGoneError, PeerStalledError, R2CCError, RailsDownError)
+                               LastRailError, PeerGoneError, PeerStalledError, PortRangeError, R2CCError,
+                               RailsDownError)
 
 BY_KIND: dict[str, type[GroupAbortedError]] = {cls.kind: cls for cls in (
     GroupAbortedError, RailsDownError, PeerGoneError, CallMismatchError, CollectiveTimeoutError, PeerStalledError,
@@ -22,6 +23,8 @@ def translate_errors():
         raise BY_KIND.get(getattr(exc, "kind", ""), GroupAbortedError)(str(exc)) from None
     except _C.LastRailError as exc:
         raise LastRailError(str(exc)) from None
+    except _C.PortRangeError as exc:
+        raise PortRangeError.exhausted(f"a rail on {exc.address}", *exc.ports) from None
     except (ValueError, IndexError) as exc:  # std::invalid_argument / out_of_range from the core
         raise R2CCError(str(exc)) from None
     except RuntimeError as exc:

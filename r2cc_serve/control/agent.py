@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from r2cc_serve import envs
 from r2cc_serve.health.decisions import BY_MAX_CHARS, CLEARS, ENDED_BY, KINDS, REASON_MAX_CHARS, check_text, describe
+from r2cc_serve.util.ports import listen_in_range
 from r2cc_serve.util.priority import raise_thread_priority
 
 log = logging.getLogger("r2cc_serve.health")
@@ -44,7 +45,9 @@ _RAIL_ACTION = re.compile(r"^/rails/(\d+)/(%s)(\?force=(?:0|1))?$" % "|".join(AC
 
 
 class ControlAgent:
-    def __init__(self, comm, monitor, host: str):
+    def __init__(self, comm, monitor, host: str, ports: tuple[int, int] = (0, 0)):
+        """host: the address to listen on; ports: the range to take the first free port of
+        (R2CC_PORT_RANGE; (0, 0): any)."""
         self.comm, self.monitor = comm, monitor
         self.token = secrets.token_hex(16)
         self.stopped = False
@@ -126,7 +129,8 @@ class ControlAgent:
                                         reason=reason, by=by)
                 self._reply(code, reply)
 
-        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server = listen_in_range(lambda port: ThreadingHTTPServer((host, port), Handler), ports,
+                                      f"the control agent on {host}")
         self.server.daemon_threads = True
         self.address = f"{host}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self._serve, name="r2cc-agent", daemon=True)

@@ -78,6 +78,21 @@ def _state_key(snap: dict) -> tuple:
             snap.get("agent_address"), snap.get("agent_token"))
 
 
+def _usable_status_dir(status_dir: str, group: str, rank: int) -> bool:
+    """Makes the status directory (owner only: the files hold agent tokens, also for an old
+    directory). One that cannot be made costs the file, not the rank: logged, False."""
+    try:
+        os.makedirs(status_dir, mode=0o700, exist_ok=True)
+        if os.stat(status_dir).st_uid == os.getuid():
+            os.chmod(status_dir, 0o700)
+        return True
+    except OSError as exc:
+        log.error("r2cc: cannot use R2CC_STATUS_DIR=%s (%s); %s rank %d writes no status file, so `r2cc admin` "
+                  "on this host will not see it. Make the directory writable or point R2CC_STATUS_DIR elsewhere",
+                  status_dir, exc.strerror or exc, group, rank)
+        return False
+
+
 class RailMonitor:
     def __init__(self, comm, group: str, rank: int, node: int, status_dir: str | None, interval_s: float,
                  host: str, extra: dict | None = None, state_dir: str | None = None):
@@ -101,10 +116,9 @@ class RailMonitor:
         self.status_path = None
         self._asked_path = ""  # REFRESH_REQUEST beside the status file (none without one)
         self.decisions = DecisionStore(envs.get("R2CC_STATE_DIR") if state_dir is None else state_dir, group, host)
+        if status_dir and not _usable_status_dir(status_dir, group, rank):
+            status_dir = None
         if status_dir:
-            os.makedirs(status_dir, mode=0o700, exist_ok=True)
-            if os.stat(status_dir).st_uid == os.getuid():
-                os.chmod(status_dir, 0o700)  # the files hold agent tokens: owner only, also for an old dir
             safe = group.replace("/", "_").replace(":", "_")
             self.status_path = os.path.join(status_dir, f"{safe}-rank{rank}.json")
             self._asked_path = os.path.join(status_dir, REFRESH_REQUEST)

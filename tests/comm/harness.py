@@ -18,10 +18,16 @@ import traceback
 def free_port() -> int:
     """A port for a server started later. Drawn below the kernel's ephemeral range: a port the
     kernel handed out (bind to 0) may be taken again by any outgoing connection before the
-    server binds it, and on a busy box one was (TCPStore failed with 'address in use')."""
+    server binds it, and on a busy box one was (TCPStore failed with 'address in use'). Not in
+    R2CC_PORT_RANGE either, where r2cc's own listeners may take it first."""
+    from r2cc_serve import envs
+
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    first, last = envs.get("R2CC_PORT_RANGE")
     for _ in range(200):
         port = random.randrange(10000, max(low, 10001))
+        if first <= port <= last:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("0.0.0.0", port))

@@ -55,6 +55,7 @@ def test_cli_knobs_lists_every_setting_and_unknown_command_fails_cleanly():
     out = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "knobs"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert all(k.name in out.stdout for k in envs.all_knobs())
+    assert f" {envs.get('R2CC_STATUS_DIR')} " in out.stdout  # a default worked out, shown as a value
     bad = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "nonsense"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
@@ -77,3 +78,36 @@ def test_transport_options_have_one_source():
     stub = ast.parse(pathlib.Path(_C.__file__).with_name("_C.pyi").read_text())
     cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "TransportOptions")
     assert [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and n.target.id != "FIELDS"] == fields
+
+
+def test_cli_version_names_the_package_the_core_and_the_pinned_vllm():
+    from importlib import metadata
+
+    import r2cc_serve
+    from r2cc_serve import _C, pins
+
+    out = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "--version"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    try:
+        version = metadata.version("r2cc-serve")
+    except metadata.PackageNotFoundError:
+        version = r2cc_serve.__version__
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"r2cc-serve {version}"
+    assert lines[1].startswith(f"C++ core: wire protocol {_C.PROTOCOL_VERSION}, built for ")
+    assert lines[2].startswith(f"vLLM: integrates with {pins.VLLM_VERSION} (")
+
+
+def test_version_without_installed_metadata_falls_back_to_the_package(monkeypatch):
+    from importlib import metadata
+
+    import r2cc_serve
+    from r2cc_serve.cli import version_text
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    text = version_text()
+    assert text.startswith(f"r2cc-serve {r2cc_serve.__version__}\n") and text.endswith("(not installed)")

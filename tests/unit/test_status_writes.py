@@ -166,3 +166,37 @@ def test_a_reader_asking_for_fresh_counters_gets_them_at_the_next_sample(tmp_pat
     finally:
         monitor.stop()
         comm.stop_traffic()
+
+
+def test_a_status_dir_that_cannot_be_made_costs_the_file_not_the_rank(tmp_path, caplog):
+    (tmp_path / "a-file").write_text("")
+    comm = FakeComm()
+    try:
+        monitor = RailMonitor(comm, "g", 0, 0, str(tmp_path / "a-file" / "status"), 0.01, "h0", state_dir="")
+        monitor.start()
+        assert monitor.status_path is None
+        monitor.stop()
+    finally:
+        comm.stop_traffic()
+    assert "R2CC_STATUS_DIR" in caplog.text and "writes no status file" in caplog.text
+
+
+def test_the_default_status_dir_is_the_deployments_and_not_in_tmp(tmp_path, monkeypatch):
+    """A systemd unit's RuntimeDirectory= first (one per unit), then /run for root, the user's
+    runtime directory, the user's cache; the knob wins over all of them."""
+    from r2cc_serve import envs
+
+    monkeypatch.delenv("R2CC_STATUS_DIR", raising=False)
+    monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/r2cc/llama:/run/other")
+    assert envs.get("R2CC_STATUS_DIR") == "/run/r2cc/llama/r2cc-status"
+    monkeypatch.delenv("RUNTIME_DIRECTORY")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert envs.get("R2CC_STATUS_DIR") == "/run/r2cc/status"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert envs.get("R2CC_STATUS_DIR") == "/run/user/1000/r2cc/status"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert envs.get("R2CC_STATUS_DIR") == str(tmp_path / ".cache" / "r2cc" / "status")
+    monkeypatch.setenv("R2CC_STATUS_DIR", str(tmp_path / "mine"))
+    assert envs.get("R2CC_STATUS_DIR") == str(tmp_path / "mine")
