@@ -16,6 +16,7 @@ _SUBCOMMANDS = [
     "r2cc_serve.admin.cli",
     "r2cc_serve.knobs_cli",
     "r2cc_serve.sched.cli",
+    "r2cc_serve.doctor.cli",
     "r2cc_serve.testbed.lab.cli",
     "r2cc_serve.testbed.bench.cli",
     "r2cc_serve.testbed.model.cli",
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         added = mod.register(sub)
         if modname == "r2cc_serve.admin.cli":
             _add_admin_tools(added)
+        elif modname == "r2cc_serve.doctor.cli":
+            _add_doctor_lab(added)
     return parser
 
 
@@ -48,6 +51,17 @@ def _add_admin_tools(tools) -> None:
         print(f"r2cc: `r2cc admin probe-latency` unavailable: {exc}", file=sys.stderr)
         return
     admin_latency.register(tools)
+
+
+def _add_doctor_lab(doctor) -> None:
+    """`r2cc doctor --lab` runs the doctor in every lab host: a test bed tool, handed in from here
+    so that the doctor itself never imports the lab."""
+    try:
+        from r2cc_serve.doctor import lab
+    except Exception as exc:  # noqa: BLE001 - as above: `r2cc doctor` must still work
+        print(f"r2cc: `r2cc doctor --lab` unavailable: {exc}", file=sys.stderr)
+        return
+    doctor.set_defaults(lab_func=lab.run)
 
 
 def _interrupt(signum, frame):
