@@ -25,7 +25,7 @@ SLOW_FRACTION = 0.5   # a rail under half its siblings' median bandwidth is flag
 class Timeouts:
     connect_s: float = 1.5   # a TCP connect or a control answer
     path_s: float = 1.0      # a path probe (sent twice within it)
-    mtu_round_s: float = 0.4  # one round of the MTU search
+    mtu_round_s: float = 0.3  # one round of the MTU search
 
 
 TIMEOUTS = Timeouts()
@@ -265,11 +265,13 @@ def slow_rails(mbit: dict[int, float]) -> dict[int, float]:
     return out
 
 
-def judge_slow(f: PairFacts, to_peer: bool, median: float) -> Problem:
+def judge_slow(f: PairFacts, median_out: float | None, median_in: float | None) -> Problem:
+    """A rail far slower than its siblings, one way or both (the medians of the ways it is slow)."""
     dev = f.rail.ifname
-    got = f.mbit_out if to_peer else f.mbit_in
-    way = "to the peer" if to_peer else "from the peer"
-    return Problem(_pair_where(f), f"{got:.0f} Mbit/s {way}, under half of its sibling rails' {median:.0f}",
+    ways = [f"{got:.0f} Mbit/s {way} (its sibling rails: {med:.0f})"
+            for got, way, med in ((f.mbit_out, "to the peer", median_out), (f.mbit_in, "from the peer", median_in))
+            if med is not None]
+    return Problem(_pair_where(f), f"{' and '.join(ways)}: under half of its siblings",
                    f"check {dev}'s speed and duplex (`ethtool {dev}`), errors (`ip -s link show {dev}`) and "
                    f"shaping (`tc qdisc show dev {dev}`), here and on the peer")
 
@@ -378,11 +380,12 @@ def _path(src: str, dst: str, port: int, device: str | None, mode: str, t: Timeo
 
 
 def _mtu(f: PairFacts, udp: Udp, peer_mtu: int, t: Timeouts) -> None:
-    here = min(f.rail.iface.mtu, 65535)
-    if here not in udp.passes_out([here], t.mtu_round_s):
+    # The full size gets a path probe's patience (a verdict rests on it); the search after a
+    # loss, a round's: a size answered late there only makes the reported largest smaller.
+    here, there = min(f.rail.iface.mtu, 65535), min(peer_mtu, 65535)
+    if here not in udp.passes_out([here], t.path_s, t.path_s / 3):
         f.out_largest = largest_passing(lambda s: udp.passes_out(s, t.mtu_round_s), Udp.SMALL, here)
-    there = min(peer_mtu, 65535)
-    if there and there not in udp.passes_back([there], t.mtu_round_s):
+    if there and there not in udp.passes_back([there], t.path_s, t.path_s / 3):
         f.back_largest = largest_passing(lambda s: udp.passes_back(s, t.mtu_round_s), Udp.SMALL, there)
 
 
@@ -474,11 +477,9 @@ def _mbits(facts: list[PairFacts], to_peer: bool) -> dict[int, float]:
 
 
 def _slow_problems(facts: list[PairFacts]) -> list[Problem]:
-    out = []
-    for to_peer in (True, False):
-        for k, med in slow_rails(_mbits(facts, to_peer)).items():
-            out.append(judge_slow(next(f for f in facts if f.rail.index == k), to_peer, med))
-    return out
+    out, back = slow_rails(_mbits(facts, True)), slow_rails(_mbits(facts, False))
+    return [judge_slow(f, out.get(f.rail.index), back.get(f.rail.index)) for f in facts
+            if f.rail.index in out or f.rail.index in back]
 
 
 def _bandwidth_cell(f: PairFacts) -> str:

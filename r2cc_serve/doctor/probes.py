@@ -227,14 +227,14 @@ class Udp:
             raise ProbeError("timeout", f"udp to {self.dst}:{self.port}: no answer in {wait_s:g} s")
         return got[0]
 
-    def passes_out(self, sizes: list[int], wait_s: float) -> set[int]:
+    def passes_out(self, sizes: list[int], wait_s: float, resend_s: float | None = None) -> set[int]:
         """The sizes whose don't-fragment datagrams reached the peer."""
-        got = self.exchange([(s, 0) for s in sizes], "device", wait_s)
+        got = self.exchange([(s, 0) for s in sizes], "device", wait_s, resend_s)
         return {sizes[i] for i in got}
 
-    def passes_back(self, sizes: list[int], wait_s: float) -> set[int]:
+    def passes_back(self, sizes: list[int], wait_s: float, resend_s: float | None = None) -> set[int]:
         """The sizes whose don't-fragment datagrams from the peer reached us."""
-        got = self.exchange([(self.SMALL, s) for s in sizes], "device", wait_s)
+        got = self.exchange([(self.SMALL, s) for s in sizes], "device", wait_s, resend_s)
         return {sizes[i] for i, r in got.items() if r.size >= sizes[i] and "send_error" not in r.fields}
 
 
