@@ -19,8 +19,6 @@ from typing import Callable
 
 from r2cc_serve.doctor import wire
 
-CHUNK = 256 * 1024
-
 
 class ProbeError(Exception):
     def __init__(self, kind: str, detail: str):
@@ -59,21 +57,27 @@ def tcp_connect(src: str, dst: str, port: int, timeout_s: float) -> socket.socke
         raise _fail(exc, f"tcp {src} -> {dst}:{port}") from None
 
 
-class Control:
+class _Socket:
+    """One socket of a probe, closed with the probe (a `with` block or close())."""
+
+    _sock: socket.socket
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Control(_Socket):
     """A control connection to a peer's responder, from one rail's address."""
 
     def __init__(self, src: str, dst: str, port: int, timeout_s: float):
         self.src, self.dst, self.timeout_s = src, dst, timeout_s
         self._sock = tcp_connect(src, dst, port, timeout_s)
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self) -> "Control":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def ask(self, request: dict, timeout_s: float | None = None) -> dict:
         try:
@@ -107,28 +111,14 @@ class Control:
 
 def _send_for(sock: socket.socket, seconds: float, timeout_s: float) -> float:
     wire.recv_line(sock, timeout_s)  # "ready"
-    payload = bytes(CHUNK)
-    sock.settimeout(timeout_s)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        sock.sendall(payload)
-    sock.shutdown(socket.SHUT_WR)
+    wire.stream_for(sock, seconds, timeout_s)
     counted = wire.recv_line(sock, seconds + 5 + timeout_s)
     return _mbit(counted.get("bytes", 0), counted.get("seconds", 0))
 
 
 def _receive_all(sock: socket.socket, seconds: float) -> float:
-    got, first, last = 0, None, None
-    sock.settimeout(2.0)
-    deadline = time.monotonic() + seconds + 5
-    while time.monotonic() < deadline:
-        n = len(sock.recv(CHUNK))
-        if not n:
-            break
-        last = time.monotonic()
-        first = first or last
-        got += n
-    return _mbit(got, (last - first) if first and last else 0.0)
+    counted = wire.count_stream(sock, seconds + 5)
+    return _mbit(counted["bytes"], counted["seconds"])
 
 
 def _mbit(nbytes, seconds) -> float:
@@ -147,7 +137,7 @@ class Reply:
     size: int         # its size as an IPv4 packet
 
 
-class Udp:
+class Udp(_Socket):
     """A UDP socket from a rail's address to a peer's responder (device: pinned to an interface)."""
 
     SMALL = 256  # size of a path probe: far below any MTU
@@ -165,15 +155,6 @@ class Udp:
             self._sock.close()
             raise _fail(exc, f"udp {src} -> {dst}:{port}") from None
         self._seq = 0
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self) -> "Udp":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def exchange(self, probes: list[tuple[int, int]], mode: str, wait_s: float,
                  resend_s: float | None = None) -> dict[int, Reply]:

@@ -15,7 +15,6 @@ import errno
 import select
 import socket
 import threading
-import time
 
 from r2cc_serve.doctor import netinfo, settings, wire
 from r2cc_serve.doctor.rails import is_ipv4
@@ -24,7 +23,6 @@ from r2cc_serve.errors import UserError
 CONN_IDLE_S = 10.0        # a control connection with no request for this long is closed
 DATA_ACCEPT_S = 5.0       # the checker connects to the data port within this
 DATA_MAX_S = 5.0          # the longest bandwidth probe served
-CHUNK = 256 * 1024
 
 
 class Responder:
@@ -158,36 +156,9 @@ class Responder:
             seconds = _clamp(request.get("ms"), 0, int(1000 * DATA_MAX_S)) / 1000
             if request.get("dir") == "to_peer":
                 wire.send_line(data, {"ready": True})
-                wire.send_line(data, _sink(data, seconds + DATA_MAX_S))
+                wire.send_line(data, wire.count_stream(data, seconds + DATA_MAX_S))
             else:
-                _source(data, seconds)
-
-
-def _sink(sock: socket.socket, limit_s: float) -> dict:
-    """Count bytes until the sender closes; the time runs from the first byte to the last."""
-    got, first, last = 0, None, None
-    deadline = time.monotonic() + limit_s
-    sock.settimeout(1.0)
-    while time.monotonic() < deadline:
-        try:
-            n = len(sock.recv(CHUNK))
-        except socket.timeout:
-            continue
-        if not n:
-            break
-        last = time.monotonic()
-        first = first or last
-        got += n
-    return {"bytes": got, "seconds": (last - first) if first and last else 0.0}
-
-
-def _source(sock: socket.socket, seconds: float) -> None:
-    payload = bytes(CHUNK)
-    sock.settimeout(2.0)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        sock.sendall(payload)
-    sock.shutdown(socket.SHUT_WR)
+                wire.stream_for(data, seconds, 2.0)
 
 
 def _clamp(value, low: int, high: int) -> int:

@@ -119,3 +119,37 @@ def recv_line(sock: socket.socket, timeout_s: float) -> dict:
     if not isinstance(fields, dict):
         raise ConnectionError("not an r2cc doctor answer")
     return fields
+
+
+# --- the bandwidth probe's stream ------------------------------------------------------------
+
+CHUNK = 256 * 1024
+
+
+def stream_for(sock: socket.socket, seconds: float, timeout_s: float) -> None:
+    """Send zeros for `seconds`, then close our side: the end of the stream tells the receiver."""
+    payload = bytes(CHUNK)
+    sock.settimeout(timeout_s)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sock.sendall(payload)
+    sock.shutdown(socket.SHUT_WR)
+
+
+def count_stream(sock: socket.socket, limit_s: float) -> dict:
+    """Count bytes until the sender closes (or limit_s passes); the time runs from the first
+    byte to the last, so neither connecting nor the closing handshake counts."""
+    got, first, last = 0, None, None
+    deadline = time.monotonic() + limit_s
+    sock.settimeout(1.0)
+    while time.monotonic() < deadline:
+        try:
+            n = len(sock.recv(CHUNK))
+        except socket.timeout:
+            continue
+        if not n:
+            break
+        last = time.monotonic()
+        first = first or last
+        got += n
+    return {"bytes": got, "seconds": (last - first) if first and last else 0.0}
