@@ -35,9 +35,10 @@ def _env() -> dict:
 
 
 def doctor_argv(lab: Lab, host: int, *args: str) -> list[str]:
-    """`r2cc doctor ARGS` inside lab host `host`, with the lab's rails."""
+    """`r2cc doctor ARGS` inside lab host `host`, with the lab's rails (the lean entry point:
+    four of them start in a run, on a busy 2-core box)."""
     rails = ",".join(lab.rail_ifname(k) for k in range(lab.rails))
-    return ["ip", "netns", "exec", lab.host_ns(host), sys.executable, "-m", "r2cc_serve.cli", "doctor",
+    return ["ip", "netns", "exec", lab.host_ns(host), sys.executable, "-m", "r2cc_serve.doctor",
             "--rails", rails, *args]
 
 

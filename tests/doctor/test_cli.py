@@ -65,8 +65,9 @@ def test_a_rail_map_file_is_read_as_the_communicator_reads_it(capsys, tmp_path):
     assert code == 2 and "unknown keys ['wires']" in err
 
 
-def test_the_real_command_prints_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "doctor", "--rails", "nosuchnic0", "--peer", "10.0.0.2"],
+@pytest.mark.parametrize("entry", [["r2cc_serve.cli", "doctor"], ["r2cc_serve.doctor"]])
+def test_the_real_command_prints_no_traceback(entry):
+    proc = subprocess.run([sys.executable, "-m", *entry, "--rails", "nosuchnic0", "--peer", "10.0.0.2"],
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("r2cc: error: rail 0 (nosuchnic0)") and "Traceback" not in proc.stderr
