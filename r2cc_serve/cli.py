@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
-import threading
 
-from r2cc_serve.errors import UserError
+from r2cc_serve.util import command
 
 # Each module exposes register(subparsers) and sets `func` on its parser; the function
 # returns an exit code. The runtime's commands first, then the test bed's.
@@ -64,33 +62,14 @@ def _add_doctor_lab(doctor) -> None:
     doctor.set_defaults(lab_func=lab.run)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM (kill, a CI time-out) unwinds like Ctrl-C: labs, vLLM processes and other
-    # resources are released by the same context managers instead of being left behind.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+    command.unwind_on_sigterm()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"r2cc: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("r2cc: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `r2cc lab status | head`: the reader left, not an error
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return command.run(args)
 
 
 if __name__ == "__main__":

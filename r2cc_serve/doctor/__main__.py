@@ -5,29 +5,17 @@ counts on a node being checked and in `r2cc doctor --lab`, which starts one in e
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from r2cc_serve.doctor.cli import register
-from r2cc_serve.errors import UserError
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C: a responder closes its sockets
+from r2cc_serve.util import command
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _interrupt)
+    command.unwind_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m r2cc_serve.doctor")
     register(parser.add_subparsers())
-    args = parser.parse_args(["doctor", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"r2cc: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return command.run(parser.parse_args(["doctor", *(sys.argv[1:] if argv is None else argv)]))
 
 
 if __name__ == "__main__":
