@@ -169,13 +169,14 @@ def _clamp(value, low: int, high: int) -> int:
 
 
 def serve(addrs: list[str], port: int, rail_names: list[str]) -> int:
-    """Run a responder in the foreground until Ctrl-C or SIGTERM."""
+    """Run a responder in the foreground until Ctrl-C or SIGTERM, its normal end (exit 0)."""
     responder = Responder(addrs, port)
     where = ", ".join(f"{a}:{port}" + (f" ({n})" if n else "") for a, n in zip(addrs, rail_names))
     print(f"r2cc doctor: serving on {where}, tcp and udp; Ctrl-C stops", flush=True)
     try:
         responder.serve_forever()
+    except KeyboardInterrupt:
+        print("r2cc doctor: stopped", flush=True)
     finally:
         responder.close()
     return 0
-
