@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
-import threading
 
-from r2cc_serve.errors import UserError
+from r2cc_serve.util import command
 
 # Each module exposes register(subparsers) and sets `func` on its parser; the function
 # returns an exit code. The runtime's commands first, then the test bed's.
@@ -17,6 +15,7 @@ _SUBCOMMANDS = [
     "r2cc_serve.admin.cli",
     "r2cc_serve.knobs_cli",
     "r2cc_serve.sched.cli",
+    "r2cc_serve.doctor.cli",
     "r2cc_serve.testbed.lab.cli",
     "r2cc_serve.testbed.bench.cli",
     "r2cc_serve.testbed.model.cli",
@@ -77,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         added = mod.register(sub)
         if modname == "r2cc_serve.admin.cli":
             _add_admin_tools(added)
+        elif modname == "r2cc_serve.doctor.cli":
+            _add_doctor_lab(added)
     return parser
 
 
@@ -90,31 +91,25 @@ def _add_admin_tools(tools) -> None:
     admin_latency.register(tools)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+def _add_doctor_lab(doctor) -> None:
+    """`r2cc doctor --lab` runs the doctor in every lab host: a test bed tool, handed in from here
+    so that the doctor itself never imports the lab."""
+    try:
+        from r2cc_serve.doctor import lab
+    except Exception as exc:  # noqa: BLE001 - as above: `r2cc doctor` must still work
+        print(f"r2cc: `r2cc doctor --lab` unavailable: {exc}", file=sys.stderr)
+        return
+    doctor.set_defaults(lab_func=lab.run)
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM (kill, a CI time-out) unwinds like Ctrl-C: labs, vLLM processes and other
-    # resources are released by the same context managers instead of being left behind.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+    command.unwind_on_sigterm()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"r2cc: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("r2cc: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `r2cc lab status | head`: the reader left, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return command.run(args)
 
 
 if __name__ == "__main__":

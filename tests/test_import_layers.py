@@ -20,9 +20,10 @@ LAYERS = [
     ("r2cc_serve.sched", "r2cc_serve.health"),
     ("r2cc_serve.control",),
     ("r2cc_serve.comm",),
-    ("r2cc_serve.admin",),
+    ("r2cc_serve.admin", "r2cc_serve.doctor"),
     ("r2cc_serve.vllm",),
-    ("r2cc_serve.testbed", "r2cc_serve.testbed.faults", "r2cc_serve.testbed.lab"),
+    # doctor.lab is `r2cc doctor --lab`: a test bed tool that lives beside the doctor
+    ("r2cc_serve.testbed", "r2cc_serve.testbed.faults", "r2cc_serve.testbed.lab", "r2cc_serve.doctor.lab"),
     ("r2cc_serve.testbed.model",),
     ("r2cc_serve.testbed.bench", "r2cc_serve.testbed.serving"),
     ("r2cc_serve.testbed.loadtest", "r2cc_serve.testbed.observe"),
