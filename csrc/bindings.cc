@@ -1,7 +1,10 @@
 // The only pybind11 module: r2cc_serve._C. Tensors cross as (data_ptr, count);
-// every blocking call releases the GIL. The module is bound by topic, one function each.
+// every blocking call releases the GIL (nogil). The module is bound by topic, one function each.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <exception>
+#include <utility>
 
 #include "collectives.h"
 #include "net.h"
@@ -13,7 +16,57 @@ using namespace r2cc;
 
 namespace {
 
-using gil = py::call_guard<py::gil_scoped_release>;
+// The GIL let go around a blocking call (without_gil). A thread (a daemon) that takes the GIL back
+// while the interpreter finalizes is ended there by Python 3.11 with pthread_exit. Its unwinding
+// ended the whole process by std::terminate ("terminate called without an active exception") in
+// py::gil_scoped_release, whose destructor is noexcept (pybind11 issue 2215), and would in any
+// destructor run while the call's own error unwinds the stack. So this destructor lets it pass,
+// and without_gil takes the GIL back only once the call has returned or its error is caught.
+class ReleaseGil {
+ public:
+  ReleaseGil() : tstate_(PyEval_SaveThread()) {}
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+  ~ReleaseGil() noexcept(false) { PyEval_RestoreThread(tstate_); }
+
+ private:
+  PyThreadState* tstate_;
+};
+
+// f() with the GIL let go; its error is rethrown with the GIL back.
+template <typename F>
+auto without_gil(F&& f) -> decltype(f()) {
+  std::exception_ptr error;
+  {
+    ReleaseGil released;
+    try {
+      return f();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  std::rethrow_exception(error);
+}
+
+// A member function of a bound class, or a lambda, as pybind11 binds it, run by without_gil.
+template <typename R, typename C, typename... A>
+auto nogil(R (C::*f)(A...)) {
+  return [f](C& self, A... a) -> R { return without_gil([&]() -> R { return (self.*f)(std::forward<A>(a)...); }); };
+}
+template <typename R, typename C, typename... A>
+auto nogil(R (C::*f)(A...) const) {
+  return [f](const C& self, A... a) -> R {
+    return without_gil([&]() -> R { return (self.*f)(std::forward<A>(a)...); });
+  };
+}
+template <typename F, typename R, typename... A>
+auto nogil_lambda(F f, R (F::*)(A...) const) {
+  return [f](A... a) -> R { return without_gil([&]() -> R { return f(std::forward<A>(a)...); }); };
+}
+template <typename F, typename = decltype(&F::operator())>
+auto nogil(F f) {
+  return nogil_lambda(f, &F::operator());
+}
 
 template <typename T>
 T* ptr(uintptr_t p) {
@@ -99,60 +152,60 @@ py::class_<Transport> bind_transport(py::module_& m) {
       .def_property_readonly("world", &Transport::world)
       .def_property_readonly("num_rails", &Transport::num_rails)
       .def("listen_ports", &Transport::listen_ports)
-      .def("connect_all", &Transport::connect_all, gil())
-      .def("close", &Transport::close, gil());
-  t.def("drain_rail", &Transport::drain_rail, py::arg("rail"), py::arg("force") = true, gil())
-      .def("undrain_rail", &Transport::undrain_rail, gil())
-      .def("failover_rail", &Transport::failover_rail, py::arg("rail"), py::arg("force") = true, gil())
-      .def("restore_rail", &Transport::restore_rail, gil())
+      .def("connect_all", nogil(&Transport::connect_all))
+      .def("close", nogil(&Transport::close));
+  t.def("drain_rail", nogil(&Transport::drain_rail), py::arg("rail"), py::arg("force") = true)
+      .def("undrain_rail", nogil(&Transport::undrain_rail))
+      .def("failover_rail", nogil(&Transport::failover_rail), py::arg("rail"), py::arg("force") = true)
+      .def("restore_rail", nogil(&Transport::restore_rail))
       .def("inject_failure", &Transport::inject_failure, py::arg("peer"), py::arg("rail"), py::arg("chunks"))
       .def("inject_full_socket", &Transport::inject_full_socket, py::arg("peer"), py::arg("rail"))
-      .def("audit_books", &Transport::audit_books, gil());
-  t.def("abort", [](Transport& tr, const std::string& reason) { tr.abort(reason); }, gil())
-      .def("error", &Transport::error, gil())
-      .def("error_kind", [](const Transport& tr) { return std::string(error_kind_name(tr.error_kind())); }, gil())
-      .def("stats", &Transport::stats, gil())
-      .def("peer_stats", &Transport::peer_stats, gil())
-      .def("counters", &Transport::counters, gil())
-      .def("state_signature", &Transport::state_signature, gil())
-      .def("wait_state_change", &Transport::wait_state_change, py::arg("seen"), py::arg("poll_ms"),
-           py::arg("timeout_ms"), py::arg("watch_path"), py::arg("watch_since_ns"), gil())
-      .def("interrupt_state_wait", &Transport::interrupt_state_wait, gil());
+      .def("audit_books", nogil(&Transport::audit_books));
+  t.def("abort", nogil([](Transport& tr, const std::string& reason) { tr.abort(reason); }))
+      .def("error", nogil(&Transport::error))
+      .def("error_kind", nogil([](const Transport& tr) { return std::string(error_kind_name(tr.error_kind())); }))
+      .def("stats", nogil(&Transport::stats))
+      .def("peer_stats", nogil(&Transport::peer_stats))
+      .def("counters", nogil(&Transport::counters))
+      .def("state_signature", nogil(&Transport::state_signature))
+      .def("wait_state_change", nogil(&Transport::wait_state_change), py::arg("seen"), py::arg("poll_ms"),
+           py::arg("timeout_ms"), py::arg("watch_path"), py::arg("watch_since_ns"))
+      .def("interrupt_state_wait", nogil(&Transport::interrupt_state_wait));
   return t;
 }
 
 // The built-in collectives; buffers cross as addresses (tensor.data_ptr()). Each ends with
 // end_call() (a due watchdog pass on the caller; not after a throw, the call failed).
 void bind_collectives(py::class_<Transport>& t) {
-  t.def("all_reduce", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op, size_t slice,
-                         size_t one_shot) {
+  t.def("all_reduce", nogil([](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op,
+                               size_t slice, size_t one_shot) {
      all_reduce(tr, ptr<void>(in), ptr<void>(out), count, dt, op, slice, one_shot);
      tr.end_call();
-   }, gil())
-      .def("all_gather", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt) {
+   }))
+      .def("all_gather", nogil([](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt) {
         all_gather(tr, ptr<void>(in), ptr<void>(out), count, dt);
         tr.end_call();
-      }, gil())
-      .def("reduce_scatter", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {
+      }))
+      .def("reduce_scatter", nogil([](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, RedOp op) {
         reduce_scatter(tr, ptr<void>(in), ptr<void>(out), count, dt, op);
         tr.end_call();
-      }, gil())
-      .def("gather", [](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, int root) {
+      }))
+      .def("gather", nogil([](Transport& tr, uintptr_t in, uintptr_t out, size_t count, DType dt, int root) {
         gather(tr, ptr<void>(in), ptr<void>(out), count, dt, root);
         tr.end_call();
-      }, gil())
-      .def("broadcast", [](Transport& tr, uintptr_t buf, size_t bytes, int root) {
+      }))
+      .def("broadcast", nogil([](Transport& tr, uintptr_t buf, size_t bytes, int root) {
         broadcast(tr, ptr<void>(buf), bytes, root);
         tr.end_call();
-      }, gil())
-      .def("send", [](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
+      }))
+      .def("send", nogil([](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
         send(tr, ptr<void>(buf), bytes, peer);
         tr.end_call();
-      }, gil())
-      .def("recv", [](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
+      }))
+      .def("recv", nogil([](Transport& tr, uintptr_t buf, size_t bytes, int peer) {
         recv(tr, ptr<void>(buf), bytes, peer);
         tr.end_call();
-      }, gil());
+      }));
 }
 
 // Plans (r2cc_serve/sched/ir.py): a program is decoded and checked once, then run per call.
@@ -167,11 +220,11 @@ void bind_plans(py::module_& m, py::class_<Transport>& t) {
       .def_property_readonly("steps", [](const PlanProgram& p) { return p.steps().size(); })
       .def_property_readonly("scratch_elems", &PlanProgram::scratch_elems)
       .def_property_readonly("in_place_safe", &PlanProgram::in_place_safe);
-  t.def("all_reduce_plan", [](Transport& tr, const PlanProgram& prog, uintptr_t in, uintptr_t out, size_t count,
-                              DType dt, RedOp op) {
+  t.def("all_reduce_plan", nogil([](Transport& tr, const PlanProgram& prog, uintptr_t in, uintptr_t out,
+                                    size_t count, DType dt, RedOp op) {
     run_all_reduce_plan(tr, prog, ptr<void>(in), ptr<void>(out), count, dt, op);
     tr.end_call();
-  }, py::arg("program"), py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"), gil());
+  }), py::arg("program"), py::arg("inp"), py::arg("out"), py::arg("count"), py::arg("dtype"), py::arg("op"));
 }
 
 // Free functions: an interface's address (in a namespace) and the reference reduction.
@@ -180,11 +233,11 @@ void bind_helpers(py::module_& m) {
     ScopedNetns in_ns(netns);
     return iface_ipv4(ifname);
   }, py::arg("ifname"), py::arg("netns") = "", "IPv4 address of an interface (inside netns if given); '' if none.");
-  m.def("reduce_in_order", [](DType dt, RedOp op, uintptr_t out, std::vector<uintptr_t> inputs, size_t count) {
+  m.def("reduce_in_order", nogil([](DType dt, RedOp op, uintptr_t out, std::vector<uintptr_t> inputs, size_t count) {
     std::vector<const void*> in;
     for (auto p : inputs) in.push_back(ptr<const void>(p));
     reduce_in_order(dt, op, ptr<void>(out), in.data(), int(in.size()), count);
-  }, gil());
+  }));
 }
 
 }  // namespace

@@ -107,12 +107,6 @@ Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std
 Transport::~Transport() { close(); }
 
 void Transport::connect_all(const std::vector<std::vector<std::pair<std::string, int>>>& peer_addrs) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (connect_started_) throw std::logic_error("r2cc: connect_all called twice");
-    connect_started_ = true;
-    peer_addrs_ = peer_addrs;
-  }
   // Named, so that `top -H` and perf tell them apart (15 characters at most).
   auto named = [](std::string name, auto body) {
     return [name, body] {
@@ -120,19 +114,29 @@ void Transport::connect_all(const std::vector<std::vector<std::pair<std::string,
       body();
     };
   };
-  for (int r = 0; r < num_rails(); ++r)
-    threads_.emplace_back(named("r2cc-accept" + std::to_string(r), [this, r] { accept_loop(r); }));
-  threads_.emplace_back(named("r2cc-rx", [this] { rx_loop(); }));
-  for (auto& p : peers_) {
-    if (p->rank == rank_) continue;
-    for (auto& c : p->conns) {
-      Conn* cp = c.get();
-      threads_.emplace_back(named("r2cc-tx" + std::to_string(cp->peer) + "." + std::to_string(cp->rail),
-                                  [this, cp] { writer_loop(*cp); }));
+  {
+    // The threads start under mu_, where close() sets stopping_: it joins all of them or there
+    // are none. Started after close(), none was joined and ~Transport ended the process
+    // (std::terminate: a joinable std::thread destroyed).
+    std::lock_guard<std::mutex> g(mu_);
+    if (connect_started_) throw std::logic_error("r2cc: connect_all called twice");
+    if (stopping_) throw_error_locked();
+    connect_started_ = true;
+    peer_addrs_ = peer_addrs;
+    for (int r = 0; r < num_rails(); ++r)
+      threads_.emplace_back(named("r2cc-accept" + std::to_string(r), [this, r] { accept_loop(r); }));
+    threads_.emplace_back(named("r2cc-rx", [this] { rx_loop(); }));
+    for (auto& p : peers_) {
+      if (p->rank == rank_) continue;
+      for (auto& c : p->conns) {
+        Conn* cp = c.get();
+        threads_.emplace_back(named("r2cc-tx" + std::to_string(cp->peer) + "." + std::to_string(cp->rail),
+                                    [this, cp] { writer_loop(*cp); }));
+      }
     }
+    threads_.emplace_back(named("r2cc-connect", [this] { connector_loop(); }));
+    threads_.emplace_back(named("r2cc-watchdog", [this] { watchdog_loop(); }));
   }
-  threads_.emplace_back(named("r2cc-connect", [this] { connector_loop(); }));
-  threads_.emplace_back(named("r2cc-watchdog", [this] { watchdog_loop(); }));
 
   const int64_t deadline = now_ns() + int64_t(opt_.connect_timeout_s * 1e9);
   std::unique_lock<std::mutex> lk(mu_);

@@ -8,10 +8,13 @@ that fails to form the group says so there, and the others raise PeerGaveUpError
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +40,26 @@ _DTYPES = {
     torch.int64: _C.DType.i64,
 }
 _OPS = {"sum": _C.RedOp.sum, "max": _C.RedOp.max, "min": _C.RedOp.min}
+
+log = logging.getLogger(__name__)
+
+# Communicators formed and not yet closed: interpreter exit closes them, while every thread still
+# runs (atexit). Left open, none was closed at all: the rail monitor's daemon thread holds its
+# communicator, so it was never freed; the monitor was still inside the transport as the
+# interpreter finalized (its return there ended the process by std::terminate, csrc/bindings.cc);
+# and the peers saw the connections reset, not a goodbye.
+_open: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+# A forked child has none of their threads and shares their sockets: it must not close them.
+os.register_at_fork(after_in_child=_open.clear)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for comm in list(_open):
+        try:
+            comm.close()
+        except Exception as exc:  # one that fails must not keep the others open
+            log.warning("r2cc: closing group %r at exit failed: %s", comm.group, exc)
 
 
 def transport_options(**overrides) -> "_C.TransportOptions":
@@ -122,6 +145,7 @@ class Communicator:
         except BaseException as exc:
             meet.give_up(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             raise
+        _open.add(self)
         self.monitor = self.agent = None
         self.control = control
         if envs.get("R2CC_CONTROL"):
@@ -408,6 +432,9 @@ class Communicator:
         self._t.interrupt_state_wait()
 
     def close(self) -> None:
+        """Stops the control plane and the transport (goodbyes to the peers). Idempotent; done at
+        interpreter exit for a communicator still open."""
+        _open.discard(self)
         self.stop_control()
         t = getattr(self, "_t", None)
         if t is not None:
