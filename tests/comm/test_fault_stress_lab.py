@@ -25,6 +25,10 @@ def lab():
 
 
 def _check(res):
+    # The figures (shown with -s): what was broken, how many calls, the slowest call by size.
+    print(f"\nstress: {res[0]['seconds']:.0f} s, {len(res[0]['faults'])} faults, {res[0]['calls']} all_reduces, "
+          f"slowest by floats {({n: round(t, 3) for n, t in sorted(res[0]['slowest_s'].items())})}, "
+          f"rank 0 {res[0]['counters']}, rank 1 {res[1]['counters']}")
     for rank, r in enumerate(res):
         assert r["calls"] > 0 and r["inexact"] == 0, (rank, r)
         assert r["breaches"] == [], (rank, r["breaches"][:5])

@@ -17,7 +17,7 @@ DEFAULT_LAB_PREFIX = "r2ccl"  # subnets 10.246/10.247: beside the tests' and the
 def register(sub) -> None:
     p = sub.add_parser("loadtest", help="load tests: tail latency under scheduled faults (vllm bench serve)",
                        description="Scenarios in loadtests/scenarios: fault-free and faulted rounds interleaved, "
-                                   "overheads with 95%% intervals, report.md with figures.")
+                                   "overheads with 95% intervals, report.md with figures.")
     lsub = p.add_subparsers(dest="loadtest_command", metavar="ACTION", required=True)
     ls = lsub.add_parser("list", help="the shipped scenarios")
     ls.set_defaults(func=_list)
