@@ -180,8 +180,9 @@ def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
 def slow_rail_quiet_bar(rank, world, store, rate):
     """Rail 1 cut to `rate` (its tbf queue then holds ~100 ms): once the kernel has measured
     those round trips, the time rail 1 may be quiet before it is suspect follows them, and
-    traffic over the slow rail fails nothing over. (The cut itself is a degrade fault: the
-    first seconds after it may suspect the rail, as they should.)"""
+    traffic over the slow rail fails nothing over for silence. (The cut itself is a degrade
+    fault: the first seconds after it may suspect the rail, as they should; and a rail this much
+    slower than its siblings may be demoted by a slow verdict, which is counted apart.)"""
     lab, comm = lab_comm(rank, world, store)
     try:
         inputs, want = _warmed_up_inputs(comm, rank, world, 1 << 20)
@@ -194,6 +195,7 @@ def slow_rail_quiet_bar(rank, world, store, rate):
             comm.all_reduce(inputs[rank].clone())
         store_barrier(store, "settled", rank, world)
         onset_failovers = _totals(comm)["failovers"]
+        onset_slow = sum(s["slow_suspects"] for s in comm.rail_stats())
         bars, stop = {k: [] for k in range(comm.num_rails)}, threading.Event()
 
         def sample():
@@ -211,8 +213,10 @@ def slow_rail_quiet_bar(rank, world, store, rate):
         store_barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")
+        slow = sum(s["slow_suspects"] for s in comm.rail_stats()) - onset_slow
         return {"exact": exact, "idle_bars": idle_bars, "max_bar": {k: max(v) for k, v in bars.items()},
-                "failovers": totals["failovers"] - onset_failovers, "onset_failovers": onset_failovers}
+                "failovers": totals["failovers"] - onset_failovers, "onset_failovers": onset_failovers,
+                "slow_verdicts": slow, "rail1_error": next(s for s in comm.rail_stats() if s["rail"] == 1)["last_error"]}
     finally:
         store_barrier(store, "end", rank, world)
         comm.close()
