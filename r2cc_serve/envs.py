@@ -289,6 +289,8 @@ _knob("R2CC_HOST_LABEL", "", str,
       "Name of this rank's host in the admin API; default: its rail namespace, else node<N>/rank<R>.")
 _knob("R2CC_ADMIN_TOKEN", "", str, "Bearer token the admin API requires for mutations (drain, failover...).")
 _knob("R2CC_ADMIN_TOKEN_FILE", "", str, "File holding the admin token (used when R2CC_ADMIN_TOKEN is empty).")
+_knob("R2CC_ADMIN_READ_TOKEN", "", str, "Bearer token the admin API requires for reads (rails, health, events, "
+      "plan; vLLM's --api-key and R2CC_ADMIN_TOKEN are taken too); empty, and no --api-key: reads are open.")
 _knob("R2CC_ADMIN_REFRESH_MS", 200, int, "How often the admin API refreshes its view of every rank's rails.")
 _knob("R2CC_API_SERVER_NICE", -10, int, "Nice value for vLLM's API server process with the r2cc backend, so admin "
       "reads and /health do not wait behind busy workers for a CPU (0: leave the priority alone).")

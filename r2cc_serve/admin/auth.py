@@ -1,4 +1,5 @@
-"""Bearer token for the admin API's mutations (R2CC_ADMIN_TOKEN or R2CC_ADMIN_TOKEN_FILE)."""
+"""Bearer tokens of the admin API: the mutation token (R2CC_ADMIN_TOKEN or R2CC_ADMIN_TOKEN_FILE)
+and who may read (R2CC_ADMIN_READ_TOKEN, vLLM's --api-key, the mutation token)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,44 @@ def token_checker(token: str | None, why_none: str = NO_TOKEN):
                                 headers={"WWW-Authenticate": "Bearer"})
 
     return check
+
+
+# What a reader sees: everything, or the same without the audit detail (client addresses and
+# token fingerprints), which needs the mutation token once reads are closed.
+FULL, NO_AUDIT_DETAIL = "full", "no-audit-detail"
+REDACTED = "redacted"
+
+
+def configured_read_token() -> str | None:
+    return envs.get("R2CC_ADMIN_READ_TOKEN") or None
+
+
+def _bearer(authorization: str | None) -> bytes | None:
+    scheme, _, credential = (authorization or "").partition(" ")
+    return credential.strip().encode() if scheme.lower() == "bearer" and credential.strip() else None
+
+
+def _matches(credential: bytes, tokens) -> bool:
+    """Constant time in the tokens' contents: every token is compared, the first hit does not stop it."""
+    hit = False
+    for t in tokens:
+        hit |= hmac.compare_digest(credential, t.encode())
+    return hit
+
+
+def read_access(authorization: str | None, admin_token: str | None, read_tokens: list[str]) -> str | None:
+    """FULL, NO_AUDIT_DETAIL, or None (refused) for a GET with this `Authorization` header.
+    read_tokens: R2CC_ADMIN_READ_TOKEN and vLLM's API keys; none of them: reads are open, as
+    they always were."""
+    credential = _bearer(authorization)
+    if credential is not None and admin_token and _matches(credential, [admin_token]):
+        return FULL
+    if not read_tokens:
+        return FULL
+    return NO_AUDIT_DETAIL if credential is not None and _matches(credential, read_tokens) else None
+
+
+def read_refusal(read_tokens_named: list[str]) -> str:
+    """The 401's text: what to send, never what the API holds."""
+    return ("reads of this admin API need a token: send Authorization: Bearer <token>, the token being "
+            + " or ".join(read_tokens_named + ["R2CC_ADMIN_TOKEN"]))

@@ -16,7 +16,7 @@ def _serve(args) -> int:
     import uvicorn
 
     from r2cc_serve.admin.app import create_app
-    from r2cc_serve.admin.auth import configured_token
+    from r2cc_serve.admin.auth import configured_read_token, configured_token
     from r2cc_serve.admin.sources import StatusDirSource
 
     status_dir = args.status_dir or envs.get("R2CC_STATUS_DIR")
@@ -27,9 +27,10 @@ def _serve(args) -> int:
     token = configured_token()
     if token is None:
         print("r2cc admin: no R2CC_ADMIN_TOKEN set: reads work, drain/failover answer 403", flush=True)
-    if not _is_loopback(args.host):
+    if not _is_loopback(args.host) and not configured_read_token():
         print(f"r2cc admin: warning: listening on {args.host}, not only on this machine: anyone who reaches it "
-              "can read rail state (mutations still need the token)", flush=True)
+              "can read rail state and the audit trail (set R2CC_ADMIN_READ_TOKEN to close reads; mutations "
+              "still need the token)", flush=True)
     app = create_app(StatusDirSource(status_dir), token)
     print(f"r2cc admin: http://{args.host}:{args.port}/r2cc/v1/rails (agents from {status_dir})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -109,6 +110,9 @@ def _get_doc(client, url: str, key: str) -> dict:
     except ValueError:
         doc = None
     # /health answers 503 with a normal body when the group is down.
+    if r.status_code == 401:
+        raise UserError(f"GET {url} answered 401: this admin API needs a token for reads; set R2CC_ADMIN_READ_TOKEN "
+                        "(or R2CC_ADMIN_TOKEN) here to the one it takes, or vLLM's API key with --token")
     if not isinstance(doc, dict) or key not in doc or r.status_code not in (200, 503):
         raise UserError(f"GET {url} answered HTTP {r.status_code} without an r2cc {key!r} document "
                         f"({r.text[:120]!r}); is this an r2cc admin API (`r2cc admin`, or vLLM started with "
@@ -121,7 +125,10 @@ def _rails(args) -> int:
 
     url = args.url.rstrip("/") + "/r2cc/v1"
     # One kept-alive client: httpx.get() builds a new client (and TLS context) per call, ~80 ms of CPU here.
-    client = httpx.Client(timeout=5, trust_env=False)
+    from r2cc_serve.admin.auth import configured_read_token, configured_token
+
+    token = args.token or configured_read_token() or configured_token()
+    client = httpx.Client(timeout=5, trust_env=False, headers={"Authorization": f"Bearer {token}"} if token else None)
     try:
         while True:
             rails = _get_doc(client, url + "/rails", "rails")["rails"]
@@ -163,6 +170,8 @@ def register(sub):
     p = sub.add_parser("rails", help="show every rail of every host (a client of the admin API)")
     p.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
                    help="admin API base URL (vLLM: its own server, e.g. http://127.0.0.1:8000)")
+    p.add_argument("--token", help="bearer token for reads (default: R2CC_ADMIN_READ_TOKEN, else R2CC_ADMIN_TOKEN); "
+                                   "needed when the API closes reads, e.g. vLLM's --api-key")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     p.set_defaults(func=_rails)

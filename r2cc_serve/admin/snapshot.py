@@ -8,8 +8,11 @@ returning bytes. Readers take `view.snap` once and use that object only.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
+
+from r2cc_serve.admin.auth import REDACTED
 
 # Worst first: a rail shown for a host takes the worst state of its connections.
 # A rail's state says how it carries data; "degraded" is a health status only (ok / degraded / down).
@@ -67,6 +70,31 @@ def _decisions(conns: list[dict]) -> list[dict]:
             if d["action"] not in latest or d["at"] > latest[d["action"]]["at"]:
                 latest[d["action"]] = d
     return [latest[a] for a in sorted(latest)]
+
+
+# Who made a decision (`by`, a token fingerprint) is audit detail: readers without the mutation
+# token get it as "redacted" (auth.NO_AUDIT_DETAIL), in /rails and in /health's reasons.
+_BY_IN_TEXT = re.compile(r"\bby [0-9a-f]{8} at ")
+
+
+def without_decision_authors(rails: list[dict]) -> list[dict]:
+    """rails with every decision's `by` redacted; the same list when no rail has a decision."""
+    if not any(r.get("decisions") for r in rails):
+        return rails
+    return [dict(r, decisions=[dict(d, by=REDACTED) for d in r["decisions"]]) if r.get("decisions") else r
+            for r in rails]
+
+
+def without_decision_authors_in(health: dict) -> dict:
+    """health with the fingerprints in its reasons ("rail1 drain by 1a2b3c4d at ...") redacted."""
+    reasons = [_BY_IN_TEXT.sub(f"by {REDACTED} at ", r) for r in health.get("reasons", ())]
+    return health if reasons == health.get("reasons", []) else dict(health, reasons=reasons)
+
+
+def without_audit_detail(ev: dict) -> dict:
+    """An event as a reader without the mutation token sees it: an admin event's client address
+    and token fingerprint redacted."""
+    return dict(ev, by=REDACTED, client=REDACTED) if ev.get("kind") == "admin" else ev
 
 
 def mark_slow(rails: list[dict]) -> None:
@@ -151,6 +179,8 @@ class Snapshot:
     health_json: bytes = b""                         # GET /health body
     carried: frozenset = frozenset()                 # (group, rank) whose state is a late rank's last answer
     answered: float = 0.0                            # unix time of the oldest answer in it (<= updated)
+    rails_json_redacted: bytes = b""                 # the same without the audit detail (auth.NO_AUDIT_DETAIL)
+    health_json_redacted: bytes = b""
 
     @classmethod
     def build(cls, states: dict, unreachable: dict, agents, updated: float | None = None,
@@ -159,9 +189,12 @@ class Snapshot:
         hosts = group_hosts(states)
         rails = [{"host": h, **r} for h, rs in hosts.items() for r in rs]
         health = group_health(states, unreachable, rails, updated)
-        return cls(states, unreachable, tuple(agents), updated, hosts, rails, health,
-                   json.dumps({"rails": rails, "updated": updated}).encode(), json.dumps(health).encode(),
-                   frozenset(carried), updated if answered is None else answered)
+        rails_json, health_json = json.dumps({"rails": rails, "updated": updated}).encode(), json.dumps(health).encode()
+        bare_rails, bare_health = without_decision_authors(rails), without_decision_authors_in(health)
+        return cls(states, unreachable, tuple(agents), updated, hosts, rails, health, rails_json, health_json,
+                   frozenset(carried), updated if answered is None else answered,
+                   rails_json if bare_rails is rails else json.dumps({"rails": bare_rails, "updated": updated}).encode(),
+                   health_json if bare_health is health else json.dumps(bare_health).encode())
 
     def current(self, max_age_s: float) -> bool:
         """Every rank answered within max_age_s: fit to decide an action on."""

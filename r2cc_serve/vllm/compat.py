@@ -99,6 +99,22 @@ def prometheus_registry() -> Any:
     return get_prometheus_registry()
 
 
+def api_keys(args: Any) -> list[str]:
+    """The keys vLLM's API server takes (`Authorization: Bearer <key>`, on /v1 and the like only):
+    --api-key, which wins, or else VLLM_API_KEY, exactly as vLLM picks them
+    (vllm/entrypoints/serve/middleware/register.py, init_entrypoints_middleware). `args` is the
+    Namespace an endpoint plugin's init_state gets. --api-key is a list in the pinned vLLM
+    (vllm/entrypoints/launchers/cli_args.py); a single string is taken too."""
+    keys = getattr(args, "api_key", None)
+    if isinstance(keys, str):
+        keys = [keys]
+    if not keys:
+        from vllm import envs as vllm_envs
+
+        keys = [vllm_envs.VLLM_API_KEY]
+    return [k for k in keys if k]
+
+
 def endpoint_plugin_protocol() -> type:
     from vllm.plugins.endpoint_plugins.interface import EndpointPlugin
 

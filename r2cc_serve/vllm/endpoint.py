@@ -13,7 +13,7 @@ import logging
 from r2cc_serve import envs
 from r2cc_serve.vllm import compat
 from r2cc_serve.admin.app import AdminState, build_router
-from r2cc_serve.admin.auth import NO_TOKEN, token_or_reason
+from r2cc_serve.admin.auth import NO_TOKEN, configured_read_token, token_or_reason
 from r2cc_serve.util.priority import raise_process_priority
 from r2cc_serve.admin.sources import VllmSource
 
@@ -41,12 +41,15 @@ class R2CCAdminEndpoint:
         if token is None and why != NO_TOKEN:
             # Not a reason to stop serving: reads work, mutations answer 403 with this reason.
             log.error("r2cc admin: %s; drain/failover answer 403 until it is fixed and vLLM restarted", why)
-        self.state = AdminState(token=token, why_no_token=why)  # why is "" when there is a token
+        self.state = AdminState(token=token, why_no_token=why,  # why is "" when there is a token
+                                read_token=configured_read_token())
 
     def attach_router(self, app) -> None:
         app.include_router(build_router(self.state))
 
     async def init_state(self, engine_client, state, args) -> None:
+        # Before anything else (also without an engine): vLLM serves no request before this.
+        self.state.api_keys = compat.api_keys(args)
         if engine_client is None:
             return
         from r2cc_serve.admin.metrics import R2CCCollector
@@ -60,6 +63,9 @@ class R2CCAdminEndpoint:
         self.state.view.start(asyncio.get_running_loop())
         if self.state.token is None:
             log.warning("r2cc admin: no R2CC_ADMIN_TOKEN set: /r2cc/v1 reads work, drain/failover answer 403")
+        if not self.state.read_tokens():
+            log.warning("r2cc admin: /r2cc/v1 reads (rails, health, events, plan) are open to anyone who reaches "
+                        "this port; set R2CC_ADMIN_READ_TOKEN or vLLM's --api-key to close them")
         if getattr(args, "enable_fault_tolerance", False):
             from r2cc_serve.vllm import fault_tolerance
 

@@ -34,3 +34,14 @@ def test_missing_vllm_is_a_clear_error(monkeypatch):
     _fake_versions(monkeypatch, {})
     with pytest.raises(UserError, match="install_vllm.sh"):
         vllm_compat.check_vllm_version()
+
+
+def test_api_keys_are_taken_as_vllm_takes_them(monkeypatch):
+    import argparse
+
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    assert vllm_compat.api_keys(argparse.Namespace(api_key=["a", "b"])) == ["a", "b"]  # --api-key wins
+    assert vllm_compat.api_keys(argparse.Namespace(api_key="one")) == ["one"]
+    assert vllm_compat.api_keys(argparse.Namespace(api_key=None)) == ["from-env"]
+    monkeypatch.delenv("VLLM_API_KEY")
+    assert vllm_compat.api_keys(argparse.Namespace()) == []
