@@ -181,6 +181,7 @@ def run(args) -> int:
     import os
 
     from r2cc_serve.testbed.bench.results import rate_table, spin_table, table
+    from r2cc_serve.testbed.bench.hosts import LabHosts
     from r2cc_serve.testbed.bench.run import Bench, say
 
     rates = parse_rates(args.rate)
@@ -197,7 +198,8 @@ def run(args) -> int:
         if len(runs) > 1:
             say(f"run {i + 1} of {len(runs)}: rate {rate or 'unshaped'}" + ("" if spin is None else f", r2cc spin_us {spin}"))
         last = i == len(runs) - 1
-        report = Bench(dataclasses.replace(opts, rate=rate, spin_us=spin, keep_lab=opts.keep_lab and last)).run()
+        run_opts = dataclasses.replace(opts, rate=rate, spin_us=spin, keep_lab=opts.keep_lab and last)
+        report = Bench(run_opts, LabHosts(run_opts)).run()
         print(table(report) + ("\n" if not last else ""), flush=True)
         reports.append(report)
     if len(rates) > 1:

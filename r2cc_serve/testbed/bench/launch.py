@@ -26,6 +26,10 @@ WORKER_MODULE = "r2cc_serve.testbed.bench.worker"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(r2cc_serve.__file__)))
 
 
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
 def worker_env(backend: str, rails: list[str], spin_us: int | None = None, lab=None) -> dict:
     env = dict(os.environ)
     if backend == "r2cc" and spin_us is not None:
