@@ -214,7 +214,11 @@ def run(args) -> int:
 
     if args.no_lab:
         from r2cc_serve.testbed.bench import existing_cli
-        return existing_cli.run(args)
+        rails, master = existing_cli.check_args(args)
+        opts = options_from_args(args)
+        opts = dataclasses.replace(opts, spin_us=parse_spins(args.spin_us, opts.backends)[0])
+        signal.signal(signal.SIGTERM, _interrupt)  # children killed on the way out, as on the lab
+        return existing_cli.run(args, opts, rails, master)
     lab_counts(args)
     rates = parse_rates(args.rate)
     opts = options_from_args(args)  # bad input fails before anything is built

@@ -1,13 +1,12 @@
 """`r2cc bench --no-lab`: the arguments of the bench on servers that already exist, checked
-before anything starts (a one-line error, exit 2), then one run (bench/existing.py)."""
+before anything starts (a one-line error, exit 2), then one run (bench/existing.py); cli.py
+calls both."""
 
 from __future__ import annotations
 
 import json
-import signal
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.testbed.bench import cli
 
 LAB_ONLY = (("hosts", "--hosts (use --world)"), ("rate", "--rate"), ("mtu", "--mtu"), ("fault", "--fault"),
             ("hold_fault", "--hold-fault"), ("hold_traffic", "--hold-traffic"), ("keep_lab", "--keep-lab"))
@@ -56,17 +55,12 @@ def check_args(args) -> tuple[list[str], tuple[str, int]]:
     return rails, master
 
 
-def run(args) -> int:
-    import dataclasses
-
+def run(args, opts, rails: list[str], master: tuple[str, int]) -> int:
+    """One run on this server; opts: BenchOptions from the checked arguments (cli.py)."""
     from r2cc_serve.testbed.bench.existing import ExistingHosts
     from r2cc_serve.testbed.bench.results import table
     from r2cc_serve.testbed.bench.run import Bench
 
-    rails, master = check_args(args)
-    opts = cli.options_from_args(args)
-    spin = cli.parse_spins(args.spin_us, opts.backends)[0]
-    opts = dataclasses.replace(opts, spin_us=spin)
     if "r2cc" in opts.backends:
         try:
             from r2cc_serve import _C  # noqa: F401
@@ -76,7 +70,6 @@ def run(args) -> int:
                                                   "schedules", "timeout_s", "spin_us")}
     fingerprint.update(world=args.world, rails=len(rails))
     hosts = ExistingHosts(args.rank, args.world, master, rails, opts.backends, fingerprint, args.store_timeout)
-    signal.signal(signal.SIGTERM, cli._interrupt)  # children killed on the way out, as on the lab
     report = Bench(opts, hosts).run()
     report["rail_names"] = rails
     ok = all(r["correct"] for r in report["results"])
