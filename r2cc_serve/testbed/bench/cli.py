@@ -7,6 +7,8 @@ lab rails, with optional faults.
                --schedule builtin,direct,optcc,auto --hold-fault h3:2:down --hold-fault h3:3:down
     r2cc bench --hosts 4 --rate 250mbit,500mbit,1gbit,unshaped --sizes 64M --backend r2cc,mpi
     r2cc bench --sizes 4K,1M --backend r2cc,mpi --iters 300 --spin-us 0,100
+    r2cc bench --no-lab --rank 0 --world 2 --master 10.0.0.1:29600 --rails eth1,eth2 --sizes 4K,1M,64M
+                                                  (each server the same, with its own --rank)
 """
 
 from __future__ import annotations
@@ -25,8 +27,20 @@ def register(subparsers) -> None:
         "bench", help="benchmark r2cc, gloo and Open MPI collectives on the fault lab",
         description="Brings up the lab, runs one rank per lab host for each backend over the same rail "
                     "interfaces, prints p50/p90/busbw and writes JSON. Needs root.")
-    p.add_argument("--hosts", type=int, default=2, help="lab hosts = ranks (default 2)")
-    p.add_argument("--rails", type=int, default=4, help="rails per host (default 4)")
+    p.add_argument("--hosts", type=int, default=None, help="lab hosts = ranks (default 2)")
+    p.add_argument("--rails", default=None,
+                   help="rails per lab host (default 4); with --no-lab the rail interfaces (or IPv4 addresses), "
+                        "e.g. eth1,eth2 (default: R2CC_RAILS / R2CC_CONFIG, as the communicator reads them)")
+    existing = p.add_argument_group(
+        "servers that already exist", "each server runs the same command with its own --rank; no root, no lab, "
+        "no faults (docs/performance.md, 'On your own servers')")
+    existing.add_argument("--no-lab", action="store_true", help="run one rank here, on this host's own rails")
+    existing.add_argument("--rank", type=int, help="this server's rank, 0 .. --world - 1")
+    existing.add_argument("--world", type=int, help="how many servers take part")
+    existing.add_argument("--master", metavar="ADDR:PORT",
+                          help="where rank 0 hosts the store (an address of rank 0 that every server reaches)")
+    existing.add_argument("--store-timeout", type=float, default=60.0, metavar="SECONDS",
+                          help="how long to wait for every rank to join and to report (default 60)")
     p.add_argument("--rate", help="shape every rail, e.g. 1gbit (default: unshaped); a comma list such as "
                                   "250mbit,1gbit,unshaped runs the whole bench once per rate and ends with "
                                   "bus bandwidth against rate for every backend")
@@ -34,7 +48,7 @@ def register(subparsers) -> None:
                    help="R2CC_SPIN_US for the r2cc ranks; a comma list such as 0,100 runs the whole bench once "
                         "per value and ends with r2cc's latency, CPU and spins against it, the other "
                         "backends' p50 from the same runs beside it (default: the environment's value)")
-    p.add_argument("--mtu", type=int, default=1500, help="rail MTU (65535 for unshaped bandwidth runs)")
+    p.add_argument("--mtu", type=int, default=None, help="rail MTU (default 1500; 65535 for unshaped bandwidth runs)")
     p.add_argument("--op", default="all_reduce", choices=spec.OPS)
     p.add_argument("--sizes", default="4K,1M,64M", help="message sizes, nccl-tests style (default 4K,1M,64M)")
     p.add_argument("--backend", default="r2cc,gloo,gloo-mptcp,mpi",
@@ -112,11 +126,25 @@ def parse_spins(text: str | None, backends: list[str]) -> list[int | None]:
     return spins
 
 
-def options_from_args(args, rate: str | None = None):
-    from r2cc_serve.testbed.bench.run import BenchOptions
+def lab_counts(args) -> None:
+    """--hosts, --rails and --mtu as the lab takes them (counts; defaults 2, 4, 1500)."""
     from r2cc_serve.testbed.lab.layout import check_counts
 
+    for flag in ("rank", "world", "master"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"--{flag} runs the bench on servers that already exist: add --no-lab")
+    rails = 4 if args.rails is None else args.rails
+    if not str(rails).isdigit():
+        raise UserError(f"--rails {rails}: the lab takes a count; interface names go with --no-lab")
+    args.hosts, args.rails = args.hosts or 2, int(rails)
+    args.mtu = 1500 if args.mtu is None else args.mtu
     check_counts(args.hosts, args.rails, args.mtu)
+
+
+def options_from_args(args, rate: str | None = None):
+    """BenchOptions from the arguments; args.hosts and args.rails are counts by now."""
+    from r2cc_serve.testbed.bench.run import BenchOptions
+
     if args.iters < 1 or args.warmup < 0 or not 0 <= args.warmup_s <= 600:
         raise UserError("--iters must be >= 1, --warmup >= 0 and --warmup-s between 0 and 600 seconds")
     if args.timeout <= 0 or args.fault_timeout <= 0:
@@ -181,8 +209,17 @@ def run(args) -> int:
     import os
 
     from r2cc_serve.testbed.bench.results import rate_table, spin_table, table
+    from r2cc_serve.testbed.bench.hosts import LabHosts
     from r2cc_serve.testbed.bench.run import Bench, say
 
+    if args.no_lab:
+        from r2cc_serve.testbed.bench import existing_cli
+        rails, master = existing_cli.check_args(args)
+        opts = options_from_args(args)
+        opts = dataclasses.replace(opts, spin_us=parse_spins(args.spin_us, opts.backends)[0])
+        signal.signal(signal.SIGTERM, _interrupt)  # children killed on the way out, as on the lab
+        return existing_cli.run(args, opts, rails, master)
+    lab_counts(args)
     rates = parse_rates(args.rate)
     opts = options_from_args(args)  # bad input fails before anything is built
     spins = parse_spins(args.spin_us, opts.backends)
@@ -197,7 +234,8 @@ def run(args) -> int:
         if len(runs) > 1:
             say(f"run {i + 1} of {len(runs)}: rate {rate or 'unshaped'}" + ("" if spin is None else f", r2cc spin_us {spin}"))
         last = i == len(runs) - 1
-        report = Bench(dataclasses.replace(opts, rate=rate, spin_us=spin, keep_lab=opts.keep_lab and last)).run()
+        run_opts = dataclasses.replace(opts, rate=rate, spin_us=spin, keep_lab=opts.keep_lab and last)
+        report = Bench(run_opts, LabHosts(run_opts)).run()
         print(table(report) + ("\n" if not last else ""), flush=True)
         reports.append(report)
     if len(rates) > 1:

@@ -26,6 +26,10 @@ WORKER_MODULE = "r2cc_serve.testbed.bench.worker"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(r2cc_serve.__file__)))
 
 
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
 def worker_env(backend: str, rails: list[str], spin_us: int | None = None, lab=None) -> dict:
     env = dict(os.environ)
     if backend == "r2cc" and spin_us is not None:
@@ -145,3 +149,14 @@ def wait(launch: Launch, deadline: float, poll=None, interval: float = 0.01) -> 
     if poll is not None:
         poll()
     return True
+
+
+def start_local(name: str, cfg_path: str, out_dir: str, backend: str, rank: int, world: int,
+                gloo_rails: list[str], spin_us: int | None = None) -> Launch:
+    """One rank on this host, in this namespace (servers that already exist). gloo_rails: the
+    rails as interface names, which is how gloo is put on them."""
+    env = worker_env(backend, gloo_rails, spin_us)
+    argv = [sys.executable, "-m", WORKER_MODULE, cfg_path, "--rank", str(rank)]
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            start_new_session=True)
+    return Launch(name, world, out_dir, [proc])

@@ -213,8 +213,9 @@ def _num(x, fmt) -> str:
 def table(report: dict) -> str:
     build = report.get("build") or {}
     load = report.get("load_avg") or [float("nan")]
-    lines = [f"{report['op']}  hosts={report['hosts']} rails={report['rails']} "
-             f"rate={report['rate'] or 'unshaped'} mtu={report['mtu']} iters={report['iters']}"
+    where = (f"rails={','.join(report['rail_names'])} (existing hosts)" if report.get("rail_names")
+             else f"rails={report['rails']} rate={report['rate'] or 'unshaped'} mtu={report['mtu']}")
+    lines = [f"{report['op']}  hosts={report['hosts']} {where} iters={report['iters']}"
              + (f" warm-up>={report['warmup_s']:g}s" if report.get("warmup_s") else "") + "  "
              f"load={load[0]:.1f} core={build.get('core_sha256')} git={build.get('git_head')}"
              + ("+dirty csrc" if build.get("csrc_dirty") else "")
@@ -236,6 +237,8 @@ def table(report: dict) -> str:
                      + (f"  error: {_oneline(r['error'])}" if r.get("error") else "")
                      + (f"  ({r['failovers']} failovers, {r['resent_bytes']} B re-sent without a fault)"
                         if r.get("failovers") or r.get("resent_bytes") else ""))
+    for x in report.get("skipped") or []:
+        lines.append(f"{x['backend']:14} skipped: {x['reason']}")
     short = [f"p{p:g} needs {n} timed calls" for p, n in TAIL_MIN_ITERS.items() if report["iters"] < n]
     if short:
         lines.append(f"({'; '.join(short)} (--iters): '-' below that; the JSON keeps every row's histogram)")

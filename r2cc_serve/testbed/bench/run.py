@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from r2cc_serve import envs
 from r2cc_serve.testbed.bench import launch as launch_mod
 from r2cc_serve.testbed.bench import results as rep
 from r2cc_serve.testbed.bench.faultctl import FaultController, HeldFaults
+from r2cc_serve.testbed.bench.launch import say
 from r2cc_serve.testbed.bench.spec import FLOOR, BenchFault, format_size
 from r2cc_serve.util.rates import rate_bits
 
@@ -82,14 +82,13 @@ def _counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, i
     return {k.removeprefix("MPTcpExt"): v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
-def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
 class Bench:
-    def __init__(self, opts: BenchOptions):
+    def __init__(self, opts: BenchOptions, hosts):
+        """hosts: where the ranks run (bench/hosts.py: the lab, or servers that already exist)."""
         self.o = opts
-        self.rails = [f"rail{k}" for k in range(opts.rails)]
+        self.hosts = hosts
+        self.rails = self.hosts.rails
+        self.skipped: list[dict] = []  # backends these hosts cannot run: {"backend", "reason"}
         self.followups = opts.rails if opts.followups is None else opts.followups
         self._names = itertools.count()
         self._live: list[launch_mod.Launch] = []
@@ -97,21 +96,15 @@ class Bench:
 
     # ---- public ------------------------------------------------------------------------
     def run(self) -> dict:
-        from torch.distributed import TCPStore
-        from r2cc_serve.testbed.lab.session import lab_session
-
         o = self.o
-        say(f"lab up: {o.hosts} hosts x {o.rails} rails, rate {o.rate or 'unshaped'}, mtu {o.mtu}")
-        # A lab that is already up with our prefix is someone's (a demo, a serving run):
-        # lab_session refuses it rather than tearing it down under them.
-        self._lab_cm = lab_session(o.hosts, o.rails, o.rate, keep=o.keep_lab, mtu=o.mtu)
-        self.lab = self._lab_cm.__enter__()
         self.tmp = tempfile.mkdtemp(prefix="r2cc-bench-")
         try:
-            # The store lives in the root namespace; every host reaches it over the mgmt bridge.
-            self.store = TCPStore(self.lab.mgmt_root_ip, 0, is_master=True, wait_for_workers=False)
+            self.store = self.hosts.open()
+            self.skipped = list(self.hosts.skipped)
             results, faults = [], []
             for backend in o.backends:
+                if backend in {x["backend"] for x in self.skipped}:
+                    continue
                 r, f = self._main_launch(backend)
                 results += r
                 faults += f
@@ -123,6 +116,7 @@ class Bench:
             report = {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,
                       "iters": o.iters, "warmup": o.warmup, "warmup_s": o.warmup_s, "results": results, "faults": faults,
                       "held_faults": [h.text for h in o.holds], "schedules": o.schedules,
+                      "skipped": self.skipped,
                       "spin_us": o.spin_us if o.spin_us is not None else envs.get("R2CC_SPIN_US"),
                       "load_avg": list(os.getloadavg()),
                       "build": build_info()}
@@ -198,26 +192,16 @@ class Bench:
                     continue
                 task = {"kind": "fault", "size": s, "n": 0, "spec": spec.to_dict(), "delay_s": spec.at * p50,
                         "last": True}
-                kernel0 = self._mptcp_counters() if backend.endswith("-mptcp") else None
+                kernel0 = self.hosts.mptcp_counters() if backend.endswith("-mptcp") else None
                 per_rank, ctl = self._launch(backend, [task], [task])
                 row = rep.summarize_fault(backend, spec.text, s, self._entries(per_rank, "fault", s, n=0),
                                           ctl.injected.get(0), p50, f"{backend} fault-free, all rails")
                 if kernel0 is not None:
                     # MPTCP keeps no record of its own the way r2cc does: the kernel's counters
                     # (subflows marked stale, data re-injected on another subflow) say what it did.
-                    row["kernel_mptcp"] = _counter_delta(kernel0, self._mptcp_counters())
+                    row["kernel_mptcp"] = _counter_delta(kernel0, self.hosts.mptcp_counters())
                 out.append(row)
         return out
-
-    def _mptcp_counters(self) -> dict[str, int]:
-        """The MPTCP MIB counters of every lab host, summed."""
-        from r2cc_serve.testbed.lab import mptcp
-
-        total: dict[str, int] = {}
-        for i in range(self.o.hosts):
-            for k, v in mptcp.counters(self.lab.host_ns(i)).items():
-                total[k] = total.get(k, 0) + v
-        return total
 
     def _launch(self, backend: str, tasks: list[dict], fault_tasks: list[dict]):
         o = self.o
@@ -227,7 +211,7 @@ class Bench:
                                  else o.timeout_s + per_fault + 30 for t in tasks)
         cfg = {"launch": name, "backend": backend, "op": o.op, "world": o.hosts, "rails": self.rails,
                "iters": o.iters, "warmup": o.warmup, "warmup_s": o.warmup_s, "tasks": tasks, "followups": self.followups,
-               "store_host": self.lab.mgmt_root_ip, "store_port": self.store.port, "out_dir": self.tmp,
+               "store_host": self.hosts.store_host, "store_port": self.store.port, "out_dir": self.tmp,
                "parent_pid": os.getpid(), "startup_s": STARTUP_S, "deadline_s": budget,
                # gloo raises after this; a fault launch must not wait minutes for it.
                "timeout_s": o.fault_timeout_s if fault_tasks and backend != "r2cc" else o.timeout_s,
@@ -241,15 +225,12 @@ class Bench:
         sizes = ", ".join(format_size(t["size"]) for t in tasks if t["kind"] == "measure")
         what = f"sizes {sizes}" if sizes else f"fault {fault_tasks[0]['spec']['text']} at {format_size(tasks[0]['size'])}"
         say(f"{backend}: starting {o.hosts} ranks ({what}{', then faults' if sizes and fault_tasks else ''})")
-        if backend == "mpi":
-            la = launch_mod.start_mpi(self.lab, name, cfg_path, self.tmp, self.rails)
-        else:
-            la = launch_mod.start_netns(self.lab, name, cfg_path, self.tmp, backend, self.rails, o.spin_us)
+        la = self.hosts.start(name, cfg_path, self.tmp, backend, o.spin_us)
         self._live.append(la)
         from torch.distributed import PrefixStore
-        ctl = FaultController(self.lab, PrefixStore(name + "/", self.store), o.hosts, fault_tasks,
+        ctl = FaultController(self.hosts.lab, PrefixStore(name + "/", self.store), o.hosts, fault_tasks,
                               done_timeout_s=per_fault + 10)
-        held = HeldFaults(self.lab, PrefixStore(name + "/", self.store), o.holds if cfg["hold"] else [])
+        held = HeldFaults(self.hosts.lab, PrefixStore(name + "/", self.store), o.holds if cfg["hold"] else [])
         self._ctls += [ctl, held]
 
         def poll() -> None:
@@ -268,7 +249,7 @@ class Bench:
             ctl.finish()
             held.finish()
             self._live.remove(la)
-        per_rank = la.results()
+        per_rank = self.hosts.gather(la, STARTUP_S + budget)
         for r, res in enumerate(per_rank):
             if res is None:
                 say(f"{backend} rank {r}: no results file")
@@ -302,6 +283,4 @@ class Bench:
         if getattr(self, "store", None) is not None:
             del self.store
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self._lab_cm.__exit__(None, None, None)
-        say("keeping the lab up (--keep-lab); remove it with `r2cc lab down`" if self.o.keep_lab
-            else "lab down")
+        self.hosts.close()
