@@ -7,10 +7,10 @@ import ipaddress
 from r2cc_serve.testbed.lab.layout import Layout
 
 # Every lab prefix of the project's own: default, fault/lab tests, e2e, vLLM tests, bench, load tests,
-# gray-fault lab tests (testbed and transport), the fault stress and doctor tests. Two labs up at once
+# gray-fault lab tests (testbed and transport), the fault stress, doctor and existing-hosts bench tests. Two labs up at once
 # must not share a subnet (the management bridges and routes live in the root namespace).
 CI_PREFIXES = ["r2cc", "r2cct", "r2cce", "r2ccv", "r2ccb", "r2ccl", "r2cclq", "r2ccld", "r2ccgy", "r2ccgr", "r2ccss",
-               "r2ccdoc"]
+               "r2ccdoc", "r2ccx"]
 
 
 def _subnets(prefix: str) -> set[ipaddress.IPv4Network]:
