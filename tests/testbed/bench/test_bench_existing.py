@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from tests.testbed.bench.two_ranks import run_two
+
 MAIN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 RAILS = "127.0.0.1,127.0.0.2"  # loopback rails, as tests/comm/workers.py names them
 
@@ -91,21 +93,10 @@ def test_two_ranks_on_loopback(tmp_path):
     master = f"127.0.0.1:{free_port()}"
     args = (*BASE, "--master", master, "--sizes", "4K,64K", "--iters", "3", "--warmup", "1",
             "--backend", "r2cc,gloo,gloo-mptcp,mpi", "--store-timeout", "60")
-    procs = [subprocess.Popen(cmd(*args, "--rank", str(r)), cwd=MAIN, env=env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=180))
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, out + err
-    table = outs[0][0]
+    table, out1 = run_two([cmd(*args, "--rank", str(r)) for r in (0, 1)], MAIN, env(), 180)
     for backend in ("r2cc", "gloo"):
         for size in ("4K", "64K"):
             assert any(line.split()[:2] == [backend, size] and "exact" in line for line in table.splitlines()), table
     assert "gloo-mptcp     skipped:" in table and "mpi            skipped: needs mpirun" in table
     assert "(existing hosts)" in table
-    assert "rank 1 of 2: took part in r2cc, gloo" in outs[1][0]
+    assert "rank 1 of 2: took part in r2cc, gloo" in out1

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tests.testbed.bench.two_ranks import run_two
+
 pytestmark = [pytest.mark.lab, pytest.mark.requires("root", "ip", "tc")]
 
 MAIN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -62,20 +64,10 @@ def test_existing_hosts_mode_in_the_lab(lab):
     iters = os.environ.get("R2CC_TEST_BENCH_ITERS", "3")
     args = ["--no-lab", "--world", "2", "--master", master, "--rails", RAILS, "--sizes", sizes,
             "--iters", iters, "--backend", "r2cc,gloo", "--store-timeout", "60"]
-    procs = [subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-h{r}", sys.executable, "-m", "r2cc_serve.cli",
-                               "bench", *args, "--rank", str(r)], cwd=MAIN, env=server_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=240))
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, out + err
-    print(outs[0][0])
-    table = outs[0][0].splitlines()
+    out0, out1 = run_two([["ip", "netns", "exec", f"{PREFIX}-h{r}", sys.executable, "-m", "r2cc_serve.cli", "bench",
+                           *args, "--rank", str(r)] for r in (0, 1)], MAIN, server_env(), 240)
+    print(out0)
+    table = out0.splitlines()
     for backend in ("r2cc", "gloo"):
-        assert any(line.split()[:1] == [backend] and "exact" in line for line in table), outs[0][0]
-    assert "rank 1 of 2: took part in r2cc, gloo" in outs[1][0]
+        assert any(line.split()[:1] == [backend] and "exact" in line for line in table), out0
+    assert "rank 1 of 2: took part in r2cc, gloo" in out1
