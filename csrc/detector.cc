@@ -19,7 +19,6 @@
 namespace r2cc {
 
 namespace {
-int64_t ms_ns(int ms) { return int64_t(ms) * 1000000; }
 std::string secs(int64_t ns) {
   char buf[32];
   snprintf(buf, sizeof(buf), "%.1f", double(ns) * 1e-9);

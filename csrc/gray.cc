@@ -34,7 +34,6 @@
 namespace r2cc {
 
 namespace {
-int64_t ms_ns(int ms) { return int64_t(ms) * 1000000; }
 // A probe fills one segment of the socket: a standard frame's, or a jumbo frame's on a rail with
 // MTU up to 9000. A larger segment is no Ethernet frame (loopback, the lab's 64 KiB veths): there
 // a standard frame is probed. (9 KB probes there, into a peer that a test then stopped, left its
@@ -71,8 +70,6 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
   s.bytes_acked = pi.bytes_acked;
   s.queued = uint64_t(std::max(0, bytes_unacked(c.fd)));
   s.window_limited = pi.snd_wnd < s.queued;
-  s.segs_out = pi.data_segs_out;
-  s.retrans = pi.total_retrans;
   c.progress_outstanding = s.outstanding;
   if (!c.proven && c.probe_sent_ns && !s.outstanding) {  // the probe and all before it delivered
     c.proven = true;
@@ -82,7 +79,8 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
   const ProgressJudge::Verdict v =
       c.progress.look(now, s, quiet_ns, stall_end_ns, usual_rate_locked(p));
   const int64_t stuck_ns = c.progress.stuck_for_ns(now);
-  const std::string where = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank);
+  // Words for a verdict only: this runs every pass while bytes are outstanding.
+  auto where = [&] { return "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank); };
   if (own_suspicion) {
     if (!s.outstanding) {  // every byte of ours delivered: the path carries data again
       c.suspect = false;
@@ -90,7 +88,7 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
     } else if (c.suspect_why == SuspectWhy::kStuck &&
                stuck_ns > ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms))) {
       fail_conn_locked(c, epoch, IoCause::kTimeout,
-                       where + ": none of our bytes acknowledged for " + std::to_string(stuck_ns / 1000000) +
+                       where() + ": none of our bytes acknowledged for " + std::to_string(stuck_ns / 1000000) +
                            " ms while the peer kept speaking on it (a gray failure: small frames pass, data "
                            "does not; check the path's MTU and the NIC's error counters)");
     }
@@ -103,7 +101,7 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
     snprintf(why, sizeof(why),
              "%s: none of our bytes acknowledged by its host for %lld ms though it keeps speaking (data stuck "
              "on the path: an MTU mismatch, a marginal optic or a policer)",
-             where.c_str(), static_cast<long long>(stuck_ns / 1000000));
+             where().c_str(), static_cast<long long>(stuck_ns / 1000000));
     suspect_conn_locked(c, IoCause::kTimeout, why, SuspectWhy::kStuck);
     c.st.stuck_suspects++;
     c.st.last_detect_s = double(stuck_ns) * 1e-9;
@@ -112,7 +110,7 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
     snprintf(why, sizeof(why),
              "%s: delivered our backlog at %.1f MB/s against the usual %.1f MB/s (a slow path: its chunks "
              "were late and were sent again on other rails)",
-             where.c_str(), rate / 1e6, usual_rate_locked(p) / 1e6);
+             where().c_str(), rate / 1e6, usual_rate_locked(p) / 1e6);
     suspect_conn_locked(c, IoCause::kTimeout, why, SuspectWhy::kSlow);
     // Weighed from now at the rate it showed: its window and share shrink to match.
     c.st.bandwidth_Bps = rate;

@@ -29,15 +29,11 @@ class ProgressJudge {
     uint64_t bytes_acked = 0;  // the socket's count of our bytes the peer acknowledged
     uint64_t queued = 0;       // bytes in the socket not yet acknowledged (sent or not)
     bool window_limited = false;  // the peer's receive window is smaller than what is queued
-    uint32_t segs_out = 0, retrans = 0;  // the socket's data segments sent, and retransmitted
   };
   static constexpr int64_t kSlowWindowNs = 100000000;  // a slow verdict needs a backlog this long
   static constexpr double kSlowFactor = 4;
 
-  // loss_pct: a window whose retransmitted share of segments reached this is no slow verdict
-  // (a lossy path crawls too; judging loss is loss.cc's, with its own evidence and hold).
-  Verdict look(int64_t now, const Sample& s, int64_t stuck_after_ns, int64_t judge_from_ns, double ref_Bps,
-               double loss_pct = 0) {
+  Verdict look(int64_t now, const Sample& s, int64_t stuck_after_ns, int64_t judge_from_ns, double ref_Bps) {
     if (!s.outstanding) {  // everything delivered: nothing to judge, a later backlog starts afresh
       acked_ = s.bytes_acked;
       moved_ns_ = 0;
@@ -59,8 +55,6 @@ class ProgressJudge {
       window_ns_ = now;
       window_acked_ = s.bytes_acked;
       window_queued_ = s.queued;
-      window_segs_ = s.segs_out;
-      window_retrans_ = s.retrans;
       return Verdict::kMoving;
     }
     const int64_t span = now - window_ns_;
@@ -73,8 +67,6 @@ class ProgressJudge {
     const double secs = double(span) * 1e-9;
     rate_Bps_ = double(delivered) / secs;
     if (ref_Bps <= 0 || backlog == 0 || delivered >= backlog) return Verdict::kMoving;
-    const uint32_t segs = s.segs_out - window_segs_, retrans = s.retrans - window_retrans_;
-    if (loss_pct > 0 && segs > 0 && 100.0 * retrans >= loss_pct * segs) return Verdict::kMoving;
     const bool due_long_ago = double(backlog) / ref_Bps <= secs / 2;
     return due_long_ago && rate_Bps_ * kSlowFactor < ref_Bps ? Verdict::kSlow : Verdict::kMoving;
   }
@@ -90,7 +82,6 @@ class ProgressJudge {
   int64_t moved_ns_ = 0;  // when acked_ last moved, or when bytes became outstanding; 0: none are
   int64_t window_ns_ = 0;  // start of the current slow window (0: none)
   uint64_t window_acked_ = 0, window_queued_ = 0;
-  uint32_t window_segs_ = 0, window_retrans_ = 0;
   double rate_Bps_ = 0;
 };
 

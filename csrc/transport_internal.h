@@ -16,6 +16,8 @@ inline double unix_now() {
   return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
+inline int64_t ms_ns(int ms) { return int64_t(ms) * 1000000; }
+
 inline bool is_connected(RailState s) {
   return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained || s == RailState::kHeld;
 }
