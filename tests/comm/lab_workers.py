@@ -171,7 +171,8 @@ def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
         if rank == 0:
             lab.fault(0, 1, "clear")
         return {"exact": exact, "share": share, "bw": bw, "chunk": chunk,
-                "loss_holds": rail1["loss_holds"], "state": rail1["state"], "retrans_pct": rail1["retrans_pct"]}
+                "loss_holds": rail1["loss_holds"], "state": rail1["state"], "retrans_pct": rail1["retrans_pct"],
+                "hold_reason": rail1["hold_reason"]}
     finally:
         store_barrier(store, "end", rank, world)
         comm.close()

@@ -142,5 +142,9 @@ def test_rate_cut_is_not_taken_for_loss(lab):
     # 1gbit -> 50mbit overflows the rail's queue once; a burst like that must not hold the rail
     # 3 s of 16 MiB all_reduces: a few loss windows of the cut rail are judged
     res = run_ranks(lab_workers.degrade_shifts_load, 2, "50mbit", 3.0, timeout=180)
+    # A rail cut to 1/20 of its siblings may be held for crawling (slow verdicts, gray.cc), by this
+    # rank or its peer (whose own row shows no loss hold either): never for loss.
     for r in res:
-        assert r["exact"] and r["loss_holds"] == 0 and r["state"] == "up", r
+        assert r["exact"] and r["loss_holds"] == 0, r
+        slow_hold = "a slow path" in r["hold_reason"] or "holds it out" in r["hold_reason"]
+        assert r["state"] == "up" or (r["state"] == "held" and slow_hold), r
