@@ -71,8 +71,10 @@ def _stopped_while_streaming(dep, reference, stop_s: float) -> None:
     times = [t for r in run.results for t in r.gap_times]
     assert any(t < t_stop for t in times) and any(t > t_cont for t in times), run.summary()
     assert compare(reference, run) == []
-    delta = evidence.diff_totals(before, evidence.rail_totals(evidence.read_status_now(dep.status_dir)))
-    assert all(t["failovers"] == 0 and t["chunks_resent"] == 0 for t in delta.values()), delta
+    after = evidence.read_status_now(dep.status_dir)
+    delta = evidence.diff_totals(before, evidence.rail_totals(after))
+    assert all(t["failovers"] == 0 and t["chunks_resent"] == 0 for t in delta.values()), \
+        (delta, evidence.rail_errors(after))
     stalls = _stall_events(dep)[stalls_before:]
     assert any(e["to"] == "stalled" and e["peer"] == 1 for e in stalls), stalls
     assert any(e["to"] == "running" and e["peer"] == 1 and (e["detect_s"] or 0) > stop_s * 0.7 for e in stalls), stalls

@@ -170,6 +170,12 @@ def rail_totals(status: dict[str, dict]) -> dict[int, dict]:
     return out
 
 
+def rail_errors(status: dict[str, dict]) -> list[str]:
+    """Each worker's rails with a last error, one line each: what a failed fault assertion shows."""
+    return [f"rank {doc.get('rank')} rail {r.get('rail')}: {r['last_error']}"
+            for doc in status.values() for r in doc.get("rails") or [] if r.get("last_error")]
+
+
 def diff_totals(before: dict[int, dict], after: dict[int, dict]) -> dict[int, dict]:
     out = {}
     for rail, a in after.items():
