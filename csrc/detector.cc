@@ -151,6 +151,9 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
   int64_t freshest_rx = 0;            // when it last did (a rail quiet meanwhile is mute: gray.cc)
   for (auto& cp : p.conns)
     if (is_connected(cp->state)) freshest_rx = std::max(freshest_rx, cp->last_rx_ns.load());
+  if (p.all_quiet && freshest_rx > p.freshest_rx_ns) p.spoke_again_ns = freshest_rx;
+  p.freshest_rx_ns = freshest_rx;
+  p.all_quiet = freshest_rx && now - freshest_rx > timeout_ns / 2;
   for (auto& cp : p.conns) {
     Conn& c = *cp;
     if (!is_connected(c.state)) {
@@ -201,7 +204,7 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
       c.suspect = false;
       p.wake_writers();
     } else if (!hears) {
-      judge_mute_locked(p, c, now, silent, freshest_rx);
+      judge_mute_locked(p, c, now, silent, quiet_ns, freshest_rx);
     }
   }
   track_stall_locked(p, now, any_connected && all_silent && !any_dead, least_silence);

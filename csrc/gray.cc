@@ -120,7 +120,8 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
   counters_.gray_suspects++;
 }
 
-void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t freshest_rx_ns) {
+void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns,
+                                  int64_t freshest_rx_ns) {
   const std::string where = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank);
   if (c.suspect) {
     if (c.suspect_why == SuspectWhy::kMute && silent_ns > ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)))
@@ -132,6 +133,11 @@ void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_
   // The peer's process runs (another of its rails spoke within half the rail timeout) and sends
   // heartbeats on every rail in one pass; this one has been silent for its whole quiet time.
   if (now - freshest_rx_ns >= ms_ns(opt_.rail_timeout_ms) / 2) return;
+  // Not while the peer catches up after a pause of its process (SIGSTOP, starvation): its rails
+  // come back as its threads get a CPU, in any order, and a writer descheduled mid-frame keeps its
+  // rail quiet (no heartbeat can go between a frame's bytes). Seen: a rail quiet across the whole
+  // pause set aside a pass after another spoke, and one quiet 77 ms just after the pause.
+  if (now - p.spoke_again_ns < std::max(quiet_ns, ms_ns(opt_.peer_silence_ms))) return;
   suspect_conn_locked(c, IoCause::kTimeout,
                       where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                           " ms while its other rails delivered (its data is stuck on this path)",

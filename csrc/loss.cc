@@ -38,8 +38,10 @@ void Transport::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   if (opt_.loss_hold_pct <= 0 || !is_connected(c.state) || c.suspect || c.path_dead) return;
   Conn::LossWindow& w = c.loss;
   // A stalled peer process stops reading; its kernel then drops what overflows the socket's
-  // memory and the sender retransmits, though the path loses nothing: start afresh after it.
-  if (p.stalled_since_ns) {
+  // memory and the sender retransmits, though the path loses nothing: start afresh a second
+  // after it (those drops are retransmitted on the timer, after the peer is back). A pause too
+  // short to be called a stall counts the same: 30 stops of 0.3 s held a clean rail for loss.
+  if (p.stalled_since_ns || (p.spoke_again_ns && now - p.spoke_again_ns < kLossWindowMinNs)) {
     w.epoch = 0;  // the next sample after the stall starts a new window
     return;
   }

@@ -290,7 +290,7 @@ class Transport {
   // peer on it: a quiet rail is detector.cc's); clears or fails c's own earlier verdict.
   void judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears);
   // c silent for its quiet time, its path alive: mute when another rail of p spoke just now.
-  void judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t freshest_rx_ns);
+  void judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns, int64_t freshest_rx_ns);
   void send_probe_locked(Conn& c, const Peer& p, int64_t now);  // a full-size frame on an idle rail, when due
   double usual_rate_locked(const Peer& p) const;  // the fastest measured rate of p's rails
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);

@@ -228,6 +228,12 @@ struct Transport::Peer {
   uint64_t stalls = 0;
   double last_stall_s = 0;
   int64_t last_heard_ns = 0;                         // any byte from the peer on any rail
+  // The peer's process paused (stopped, starved) or ours did: every rail quiet for over half the
+  // rail timeout. It resumes its rails one by one, a few ms apart, so a rail quiet now was quiet
+  // with all the others: its silence counts from when the peer spoke again (gray.cc, loss.cc).
+  int64_t freshest_rx_ns = 0;                        // the newest byte on any rail, at the last pass
+  bool all_quiet = false;                            // at the last pass, every rail had been quiet
+  int64_t spoke_again_ns = 0;                        // when it spoke again after such a pause
   bool closed = false;                               // the peer closed its communicator (goodbye)
 
   void wake_writers() {  // work any of this peer's writers may take (new chunks, a state change)

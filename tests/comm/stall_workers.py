@@ -180,3 +180,55 @@ def handoff_to_writer(rank, world, store, fail_carrier, opts):
                 "error": comm.error()}
     finally:
         comm.close()
+
+
+def repeated_stops(rank, world, store, cycles, stop_s, in_lab, opts):
+    """Rank 0 stops rank 1 (SIGSTOP) `cycles` times for stop_s each while both run all_reduces.
+
+    Each resume is a race: rank 1's rails speak again one by one, within a few ms. A rail that
+    spoke last was quiet for the whole stop, but so was every other: that is no gray failure,
+    and nothing may be set aside or re-sent. in_lab: rank r's rails in lab host r (veth, shaped)."""
+    if in_lab:
+        from tests.comm.lab_workers import lab_comm
+
+        comm = lab_comm(rank, world, store, **opts)[1]
+    else:
+        comm = open_comm(rank, world, store, **opts)
+    try:
+        store.set(f"pid/{rank}", str(os.getpid()))
+        sizes = (1024, 1 << 16)
+        inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
+        wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
+        store_barrier(store, "go", rank, world)
+        if rank == 0:
+            victim = int(store.get("pid/1"))
+
+            def stop_and_go():
+                for _ in range(cycles):
+                    time.sleep(0.15)
+                    os.kill(victim, signal.SIGSTOP)
+                    try:
+                        time.sleep(stop_s)
+                    finally:
+                        os.kill(victim, signal.SIGCONT)
+
+            stopper = threading.Thread(target=stop_and_go)
+            stopper.start()
+        bad = done = 0
+        keep_going = torch.ones(1, dtype=torch.int32)
+        while True:
+            keep_going.fill_(int(rank == 0 and stopper.is_alive()))
+            if not int(comm.all_reduce(keep_going.clone(), op="max")[0]):
+                break
+            n = sizes[done % 2]
+            bad += not bits_equal(comm.all_reduce(inputs[n][rank].clone()), wants[n])
+            done += 1
+        store_barrier(store, "end", rank, world)
+        stats = comm.rail_stats()
+        return {"bad": bad, "done": done, "failovers": sum(s["failovers"] for s in stats),
+                "resent": sum(s["chunks_resent"] for s in stats),
+                "gray": sum(s["stuck_suspects"] + s["mute_suspects"] + s["slow_suspects"] for s in stats),
+                "loss_holds": sum(s["loss_holds"] for s in stats),
+                "errors": sorted({s["last_error"] for s in stats if s["last_error"]}), "error": comm.error()}
+    finally:
+        comm.close()

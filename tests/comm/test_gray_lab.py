@@ -79,3 +79,16 @@ def test_rail_cut_to_a_crawl_mid_collective_sends_its_late_chunks_elsewhere(lab)
         assert r["after"]["state"] == "up" and r["sent_after"] > 0, (rank, r)
     assert sum(r["during"]["slow_suspects"] for r in res) >= 1, res
     assert max(r["max_s"] for r in res) < 0.8, res
+
+
+def test_repeated_stops_of_the_peer_set_nothing_aside(lab):
+    """30 stops of 0.3 s (SIGSTOP) of rank 1 while both run all_reduces: a pause of the peer's
+    process is no gray failure. Before the mute judge waited out the peer's wake-up, a rail
+    quiet across a stop was set aside the moment another rail spoke (2 of 3 runs), and the
+    stopped peer's overflowing buffers held a clean rail for loss (1 of 3)."""
+    from tests.comm import stall_workers
+
+    res = run_ranks(stall_workers.repeated_stops, 2, 30, 0.3, True, {}, timeout=180)
+    for r in res:
+        assert r["bad"] == 0 and r["done"] > 30 and not r["error"], r
+        assert r["failovers"] == 0 and r["resent"] == 0 and r["gray"] == 0 and r["loss_holds"] == 0, r
