@@ -256,6 +256,41 @@ def allow_fault_tolerance_without_data_parallel(applies: Callable[[], bool]) -> 
     engine_args.create_engine_config = create_engine_config
 
 
+def platform_runs_ray() -> bool:
+    """Whether vLLM's Ray executors can place workers on this platform: they need
+    `Platform.ray_device_key` (empty on CpuPlatform in the pinned vLLM, so
+    vllm/v1/executor/ray_utils.py initialize_ray_cluster raises "current platform cpu does not
+    support ray")."""
+    return bool(getattr(current_platform(), "ray_device_key", ""))
+
+
+def refuse_engine_config(reason: Callable[[Any, Any], str | None]) -> None:
+    """Refuse an engine configuration r2cc cannot serve, in the process that parses the flags,
+    before any engine or worker starts. `reason(engine_args, parallel_config)` returns why (the
+    UserError's message) or None: it is asked with parallel_config None before vLLM builds the
+    config (the flags as given, so vLLM's own checks do not speak first) and again with the built
+    ParallelConfig (what vLLM chose by itself, e.g. Ray inside a Ray placement group)."""
+    engine_args = engine_args_cls()
+    original = engine_args.create_engine_config
+    if getattr(original, "_r2cc_refuse_wrapped", False):
+        return
+
+    def create_engine_config(self, *args, **kwargs):
+        why = reason(self, None)
+        if why:
+            raise UserError(why)
+        config = original(self, *args, **kwargs)
+        why = reason(self, config.parallel_config)
+        if why:
+            raise UserError(why)
+        return config
+
+    # keep the other wrappers' idempotence flags visible on the outermost function
+    for flag in [a for a in vars(original) if a.startswith("_r2cc_")] + ["_r2cc_refuse_wrapped"]:
+        setattr(create_engine_config, flag, True)
+    engine_args.create_engine_config = create_engine_config
+
+
 def device_communicators_with(method: str) -> list:
     """The device communicators of this process's vLLM groups that have `method` (r2cc's)."""
     from vllm.distributed import parallel_state

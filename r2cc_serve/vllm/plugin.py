@@ -64,6 +64,36 @@ def _add_flag(parser) -> None:
              "lossless failover when one dies). Rails come from R2CC_RAILS/R2CC_NETNS or R2CC_CONFIG (YAML).")
 
 
+def _uses_ray(executor) -> bool:
+    """`--distributed-executor-backend` as given or resolved: "ray", or an executor class of Ray's."""
+    return executor == "ray" or (isinstance(executor, type) and bool(getattr(executor, "uses_ray", False)))
+
+
+def executor_refusal(engine_args, parallel_config) -> str | None:
+    """Why r2cc refuses this deployment's executor (None: it does not). vLLM's Ray executor is
+    refused: on the CPU platform vLLM cannot place workers with Ray at all, and even where it can,
+    every Ray worker gets node_rank 0 (ParallelConfig.node_rank belongs to the mp executor's
+    --nnodes/--node-rank), so r2cc could not tell the nodes' ranks apart in the admin API, the
+    status files and R2CC_NETNS's {node}. Each node's own R2CC_RAILS would reach its workers
+    (Ray workers inherit the environment `ray start` ran in; vLLM copies only VLLM_*, HF_*, ...)."""
+    if backend() != "r2cc":
+        return None
+    executor = (engine_args.distributed_executor_backend if parallel_config is None
+                else parallel_config.distributed_executor_backend)
+    if not _uses_ray(executor):
+        return None
+    why = ["vLLM gives every Ray worker node rank 0, and r2cc names each rank's node by it "
+           "(admin API, status files, R2CC_NETNS's {node})"]
+    if not compat.platform_runs_ray():
+        why.insert(0, f"vLLM's {compat.current_platform().device_name} platform cannot run its Ray executor at all "
+                      "(no Ray device key: vLLM stops with 'current platform ... does not support ray', "
+                      "with or without r2cc)")
+    return ("--distributed-backend r2cc does not run under vLLM's Ray executor (--distributed-executor-backend ray): "
+            + "; and ".join(why) + ". Serve across servers with vLLM's own multi-node executor instead: on each node "
+            "`vllm serve ... --distributed-backend r2cc --nnodes N --node-rank R --master-addr <node 0's address>` "
+            "(--headless on nodes other than 0; docs/deploy.md), with that node's R2CC_RAILS.")
+
+
 def register() -> None:
     if backend() not in BACKENDS:
         raise UserError(f"R2CC_DISTRIBUTED_BACKEND={backend()!r}; use one of {', '.join(BACKENDS)}")
@@ -82,3 +112,4 @@ def register() -> None:
     from r2cc_serve.vllm.endpoint import worker_agents
 
     compat.add_worker_method("r2cc_agents", worker_agents)
+    compat.refuse_engine_config(executor_refusal)  # last: it keeps the other wrappers' flags
