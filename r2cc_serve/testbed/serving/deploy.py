@@ -144,7 +144,7 @@ def _deployment(shape, lab, backend, start, log_dir, startup_timeout_s, warmup) 
         raise DeployError("the `vllm` command is not on PATH; run scripts/install_vllm.sh")
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
-    run_dir = tempfile.mkdtemp(prefix=f"r2cc-serve-{shape}-{backend}-")
+    run_dir = tempfile.mkdtemp(prefix=f"r2cc-serve-{shape}-{backend}-", dir=_short_tmp())
     status_dir = _mkdir(run_dir, "status")
     procs: list[Proc] = []
     dep = None
@@ -229,6 +229,14 @@ def _dist_ids(log_paths: list[str]) -> set[str]:
 
 def _keep_run_dir_on_error(exc) -> bool:
     return exc is not None and not isinstance(exc, KeyboardInterrupt)
+
+
+def _short_tmp() -> str:
+    """Where run directories go: TMPDIR unless it is long. vLLM's processes put ZeroMQ sockets
+    (a 36-character name) in each node's TMPDIR, under the run directory, and a socket's path
+    has at most 107 bytes: under pytest's tmp_path the demo's nodes failed to start."""
+    base = tempfile.gettempdir()
+    return base if len(base) <= 24 else "/tmp"
 
 
 def _mkdir(parent: str, name: str) -> str:
