@@ -38,8 +38,8 @@ step "pip: torch $TORCH_VERSION (CPU), build and test tools"
 pip_install "torch==$TORCH_VERSION" "pybind11>=2.12" "setuptools>=77" wheel \
   pytest pytest-timeout "schemathesis>=4" mpi4py
 
-step "pip: r2cc-serve (editable) and its C++ core"
-pip_install --no-build-isolation -e ".[test,bench]"
+step "pip: r2cc-serve (editable) and its C++ core, and its test bed r2cc-testbed"
+pip_install --no-build-isolation -e ".[test,bench]" -e ./testbed
 $PY -c "import r2cc_serve._C" || { echo "setup.sh: the C++ core did not build" >&2; exit 1; }
 
 if [ "${R2CC_SKIP_VLLM:-0}" != 1 ] && [ -f scripts/install_vllm.sh ]; then

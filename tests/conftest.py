@@ -15,6 +15,12 @@ import shutil
 
 import pytest
 
+# The checkout's test bed for every process a test starts too (`python -m r2cc_serve.cli lab ...`,
+# spawned ranks, vLLM nodes), as pyproject.toml's `pythonpath` gives it to this one: whatever
+# r2cc-testbed is installed, the tests run this checkout's.
+_TESTBED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed")
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in (_TESTBED, os.environ.get("PYTHONPATH")) if p))
+
 _PACKAGE_OF = {"ip": "iproute2", "tc": "iproute2", "nstat": "iproute2", "nft": "nftables", "sysctl": "procps",
                "unshare": "util-linux", "mpirun": "openmpi-bin libopenmpi-dev", "git": "git", "diff": "diffutils"}
 
@@ -36,7 +42,7 @@ def why_missing(need: str) -> str | None:
         return why_missing("mpirun")
     if need == "mptcp":
         from r2cc_serve.errors import UserError
-        from r2cc_serve.testbed.lab import mptcp
+        from r2cc_testbed.lab import mptcp
 
         if not mptcp.supported():
             return "this kernel has no MPTCP (net.mptcp.enabled) or iproute2 lacks `ip mptcp`"

@@ -51,15 +51,23 @@ def test_fresh_venv_install_then_demo(tmp_path):
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + os.path.dirname(sys.executable),
            "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path)}
     # The doc's lines with its venv's path swapped for a temporary one, run from the checkout.
-    times = {}
+    times, version = {}, ""
     for line in _install_lines():
         cmd = line.replace("/opt/r2cc", venv).replace("python3 -m venv", f"{sys.executable} -m venv")
         if cmd.startswith("export PATH="):
             env["PATH"] = f"{venv}/bin:" + env["PATH"]
             continue
+        if cmd.endswith("pip install ./testbed"):
+            # The runtime alone, as on a serving host: the test bed's commands say how to get it.
+            p = subprocess.run([f"{venv}/bin/r2cc", "demo"], cwd="/", env=env, capture_output=True, text=True,
+                               timeout=120)
+            assert p.returncode == 2 and "pip install ./testbed" in p.stderr, p.stdout + p.stderr
+            assert "Traceback" not in p.stderr, p.stderr
         out, times[cmd] = _run(cmd, ROOT, env, 1800)
+        if cmd == "r2cc --version":
+            version = out
     print("install: " + "; ".join(f"{c.split()[0]}..{c.split()[-1]} {t:.0f} s" for c, t in times.items()))
-    assert "r2cc-serve" in out and "wire protocol" in out, out  # the block ends with r2cc --version
+    assert "r2cc-serve" in version and "wire protocol" in version, version
     where, _ = _run(f"{venv}/bin/python -c 'import r2cc_serve; print(r2cc_serve.__file__)'", "/", env, 60)
     assert where.strip().startswith(venv + "/lib/"), where  # the installed copy, not the checkout
     demo, took = _run(f"{venv}/bin/r2cc demo", "/", env, 1500)

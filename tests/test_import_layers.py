@@ -12,7 +12,10 @@ import os
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "r2cc_serve")
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The runtime, and the test bed: a package of its own (testbed/pyproject.toml).
+PACKAGES = {"r2cc_serve": os.path.join(CHECKOUT, "r2cc_serve"),
+            "r2cc_testbed": os.path.join(CHECKOUT, "testbed", "r2cc_testbed")}
 
 # Lowest first. A module's layer is that of the longest prefix listed here.
 LAYERS = [
@@ -22,24 +25,25 @@ LAYERS = [
     ("r2cc_serve.comm",),
     ("r2cc_serve.admin", "r2cc_serve.doctor"),
     ("r2cc_serve.vllm",),
-    # doctor.lab is `r2cc doctor --lab`: a test bed tool that lives beside the doctor
-    ("r2cc_serve.testbed", "r2cc_serve.testbed.faults", "r2cc_serve.testbed.lab", "r2cc_serve.doctor.lab"),
-    ("r2cc_serve.testbed.model",),
-    ("r2cc_serve.testbed.bench", "r2cc_serve.testbed.serving"),
-    ("r2cc_serve.testbed.loadtest", "r2cc_serve.testbed.observe"),
+    ("r2cc_testbed", "r2cc_testbed.faults", "r2cc_testbed.lab", "r2cc_testbed.doctor_lab"),
+    ("r2cc_testbed.model",),
+    ("r2cc_testbed.bench", "r2cc_testbed.serving"),
+    ("r2cc_testbed.loadtest", "r2cc_testbed.observe"),
     ("r2cc_serve.cli", "r2cc_serve.knobs_cli"),
 ]
 RUNTIME_TOP = 5  # layers 0..5 ship to a serving fleet; the test bed starts above
+# The command line sits on top and finds the test bed's subcommands by name, only if installed.
 
 
 def _modules() -> dict[str, str]:
     out = {}
-    for folder, _, files in os.walk(ROOT):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
-                out[rel.removesuffix(".__init__")] = path
+    for root in PACKAGES.values():
+        for folder, _, files in os.walk(root):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(folder, f)
+                    rel = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".")
+                    out[rel.removesuffix(".__init__")] = path
     return out
 
 
@@ -49,13 +53,13 @@ MODULES = _modules()
 def _imports(path: str) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(open(path).read(), path)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("r2cc_serve"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(tuple(PACKAGES)):
             for alias in node.names:  # `from pkg import module` imports pkg.module
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if sub in MODULES else node.module)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("r2cc_serve"))
-    return found - {"r2cc_serve"}
+            found.update(a.name for a in node.names if a.name.startswith(tuple(PACKAGES)))
+    return found - set(PACKAGES)
 
 
 def layer(module: str) -> int:
@@ -69,7 +73,7 @@ def layer(module: str) -> int:
     return rank
 
 
-GRAPH = {m: _imports(p) for m, p in MODULES.items() if m != "r2cc_serve"}
+GRAPH = {m: _imports(p) for m, p in MODULES.items() if m not in PACKAGES}
 
 
 def test_every_module_has_a_layer():
@@ -85,8 +89,10 @@ def test_no_import_from_a_lower_layer_to_a_higher_one(module):
 
 
 def test_the_runtime_never_imports_the_test_bed():
-    runtime = [m for m in GRAPH if layer(m) <= RUNTIME_TOP]
-    assert runtime and all(not t.startswith("r2cc_serve.testbed") for m in runtime for t in GRAPH[m])
+    runtime = [m for m in GRAPH if m.startswith("r2cc_serve.")]
+    assert runtime and all(layer(m) <= RUNTIME_TOP or m in ("r2cc_serve.cli", "r2cc_serve.knobs_cli") for m in runtime)
+    bad = sorted((m, t) for m in runtime for t in GRAPH[m] if t.startswith("r2cc_testbed"))
+    assert not bad, f"the runtime package imports the test bed (which a serving host may not have): {bad}"
 
 
 def test_no_circles():

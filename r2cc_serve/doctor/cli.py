@@ -58,7 +58,7 @@ def _run(args) -> int:
         if args.rails or args.config or args.peer or args.peers:
             raise UserError("--lab takes the lab's own rails and hosts: leave out --rails, --config, --peer, --peers")
         if args.lab_func is None:
-            raise UserError("--lab belongs to the test bed: run it as `r2cc doctor --lab` where r2cc_serve.testbed "
+            raise UserError("--lab belongs to the test bed: run it as `r2cc doctor --lab` where r2cc_testbed "
                             "is installed")
         return args.lab_func(args)
     specs, netns = _rail_specs(args)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from r2cc_serve.testbed.serving import admin_latency as probe
+from r2cc_testbed.serving import admin_latency as probe
 from r2cc_serve.errors import UserError
 
 

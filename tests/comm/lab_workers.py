@@ -16,7 +16,7 @@ from tests.comm.harness import store_barrier
 
 
 def _lab():
-    from r2cc_serve.testbed.lab import Lab
+    from r2cc_testbed.lab import Lab
 
     return Lab.load()
 
@@ -61,9 +61,9 @@ def _reduce_until(comm, world, inp, want, done) -> tuple[bool, int, float]:
 def _in_process_fault(lab, host, rail, kind):
     """apply() for a link-down or blackhole of host's end of rail, done in this process (an
     `ip`/`nft` process start can take longer than the whole collective on a busy box), and close()."""
-    from r2cc_serve.testbed.lab.layout import Layout
-    from r2cc_serve.testbed.lab.nft_rules import blackhole_script
-    from r2cc_serve.testbed.loadtest.linkops import LinkSwitch, NftInNamespaces
+    from r2cc_testbed.lab.layout import Layout
+    from r2cc_testbed.lab.nft_rules import blackhole_script
+    from r2cc_testbed.loadtest.linkops import LinkSwitch, NftInNamespaces
 
     layout = Layout(lab.prefix, lab.hosts, lab.rails)
     ns, dev = layout.link_ends(host, rail)[0]

@@ -17,7 +17,7 @@ def lab():
     mp = pytest.MonkeyPatch()
     mp.setenv("R2CC_LAB_PREFIX", PREFIX)  # spawned ranks inherit it
     mp.setenv("R2CC_LAB_STATE", STATE)
-    from r2cc_serve.testbed.lab import Lab
+    from r2cc_testbed.lab import Lab
 
     yield Lab.up(hosts=2, rails=4, rate="1gbit")
     Lab.down()

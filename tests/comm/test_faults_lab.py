@@ -19,7 +19,7 @@ PREFIX, STATE = "r2cct", "/run/r2cc-lab/test-comm-state.json"
 def lab():
     old = {k: os.environ.get(k) for k in ("R2CC_LAB_PREFIX", "R2CC_LAB_STATE")}
     os.environ.update(R2CC_LAB_PREFIX=PREFIX, R2CC_LAB_STATE=STATE)  # spawned ranks inherit it
-    from r2cc_serve.testbed.lab import Lab
+    from r2cc_testbed.lab import Lab
 
     lab = Lab.up(hosts=2, rails=4, rate="1gbit")
     yield lab

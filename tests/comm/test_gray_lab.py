@@ -21,7 +21,7 @@ KERNEL_TIMEOUT_S = 5.0  # TCP_USER_TIMEOUT on every rail (csrc/net.cc): what end
 def lab(monkeypatch_module):
     monkeypatch_module.setenv("R2CC_LAB_PREFIX", PREFIX)  # spawned ranks inherit it
     monkeypatch_module.setenv("R2CC_LAB_STATE", STATE)
-    from r2cc_serve.testbed.lab import Lab
+    from r2cc_testbed.lab import Lab
 
     lab = Lab.up(hosts=2, rails=4, rate="1gbit")
     yield lab

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from r2cc_serve.doctor.lab import check_from, doctor_argv, responders
-from r2cc_serve.testbed.lab import netns
-from r2cc_serve.testbed.lab.session import lab_session
+from r2cc_testbed.doctor_lab import check_from, doctor_argv, responders
+from r2cc_testbed.lab import netns
+from r2cc_testbed.lab.session import lab_session
 
 pytestmark = [pytest.mark.lab, pytest.mark.requires("root", "ip", "nft")]
 

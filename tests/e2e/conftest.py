@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from r2cc_serve.testbed.serving.load import LoadSpec
+from r2cc_testbed.serving.load import LoadSpec
 from tests.comm.harness import free_port
 
 PREFIX = os.environ.get("R2CC_E2E_LAB_PREFIX", "r2cce")
@@ -171,7 +171,7 @@ def _one_deployment_at_a_time(request, session):
 
 @pytest.fixture(scope="session")
 def lab(session):
-    from r2cc_serve.testbed.lab.session import lab_session
+    from r2cc_testbed.lab.session import lab_session
 
     cm = lab_session(hosts=2, rails=4, rate="1gbit", prefix=PREFIX, state=STATE, wait_s=600)
     session.lab = cm.__enter__()
@@ -190,8 +190,8 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference(lab, model_dir, session):
     """Fault-free greedy outputs of vLLM's default backend (single instance, TP=2)."""
-    from r2cc_serve.testbed.serving.deploy import single_instance
-    from r2cc_serve.testbed.serving.load import run_load
+    from r2cc_testbed.serving.deploy import single_instance
+    from r2cc_testbed.serving.load import run_load
 
     with single_instance(lab, model_dir, backend="default", port=free_port(), extra_args=SERVE_ARGS) as dep:
         session.deployments.append(dep)
@@ -203,8 +203,8 @@ def reference(lab, model_dir, session):
 def assert_serves_reference_tokens_over_every_rail(dep, reference) -> None:
     """A load on `dep` gives the reference's tokens with no failed request, and every data rail
     carried bytes meanwhile (the tokens really went through r2cc, striped)."""
-    from r2cc_serve.testbed.serving import evidence
-    from r2cc_serve.testbed.serving.load import compare, run_load
+    from r2cc_testbed.serving import evidence
+    from r2cc_testbed.serving.load import compare, run_load
 
     before = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
     run = run_load(dep.url, dep.model, LOAD)
@@ -224,7 +224,7 @@ def e2e_log_dir(name: str) -> str | None:
 def wait_settled(dep, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
     """Until every rail of every rank is up again (holds and recoveries of the module before
     over); fails naming the rails that are not, with their state, hold and last error."""
-    from r2cc_serve.testbed.serving import evidence
+    from r2cc_testbed.serving import evidence
 
     dep.check_alive()
     deadline = time.monotonic() + timeout_s
@@ -242,7 +242,7 @@ def wait_settled(dep, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
 @pytest.fixture(scope="module")
 def r2cc_single(lab, model_dir, session, reference):  # reference first: one deployment at a time
     """The shared one-vLLM TP=2 r2cc deployment, settled."""
-    from r2cc_serve.testbed.serving.deploy import single_instance
+    from r2cc_testbed.serving.deploy import single_instance
 
     dep = session.shared("r2cc_single", lambda: single_instance(
         lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS,
@@ -254,7 +254,7 @@ def r2cc_single(lab, model_dir, session, reference):  # reference first: one dep
 @pytest.fixture(scope="module")
 def r2cc_two_nodes(lab, model_dir, session, reference):
     """The shared two-node r2cc deployment (node r in lab host r), settled."""
-    from r2cc_serve.testbed.serving.deploy import two_nodes
+    from r2cc_testbed.serving.deploy import two_nodes
 
     dep = session.shared("r2cc_two_nodes", lambda: two_nodes(
         lab, model_dir, backend="r2cc", port=free_port(), extra_args=SERVE_ARGS,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.testbed.serving.deploy import single_instance
-from r2cc_serve.testbed.serving.load import compare, run_load
+from r2cc_testbed.serving.deploy import single_instance
+from r2cc_testbed.serving.load import compare, run_load
 from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 

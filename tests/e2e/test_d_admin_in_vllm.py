@@ -29,8 +29,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from r2cc_serve import envs
-from r2cc_serve.testbed.serving import admin_latency as probe
-from r2cc_serve.testbed.serving.load import compare, run_load
+from r2cc_testbed.serving import admin_latency as probe
+from r2cc_testbed.serving.load import compare, run_load
 from tests.e2e.conftest import ADMIN_TOKEN as TOKEN
 from tests.e2e.conftest import LOAD
 

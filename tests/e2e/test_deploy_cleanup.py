@@ -12,8 +12,8 @@ import stat
 
 import pytest
 
-from r2cc_serve.testbed.serving.deploy import DeployError, single_instance
-from r2cc_serve.testbed.serving.procs import session_pids
+from r2cc_testbed.serving.deploy import DeployError, single_instance
+from r2cc_testbed.serving.procs import session_pids
 
 NEEDS = "root"  # no vLLM: a fake one; root for the private /dev/shm mount
 

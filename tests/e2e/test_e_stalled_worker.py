@@ -17,8 +17,8 @@ import time
 import httpx
 import pytest
 
-from r2cc_serve.testbed.serving import evidence
-from r2cc_serve.testbed.serving.load import compare, run_load
+from r2cc_testbed.serving import evidence
+from r2cc_testbed.serving.load import compare, run_load
 from tests.e2e.conftest import LOAD
 
 USES_SHARED_DEPLOYMENT = True

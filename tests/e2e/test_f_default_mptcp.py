@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.testbed.lab import mptcp
-from r2cc_serve.testbed.serving.deploy import two_nodes
-from r2cc_serve.testbed.serving.fault_hold import FaultSpec
-from r2cc_serve.testbed.serving.load import compare, run_load
-from r2cc_serve.testbed.serving.fault_run import run_with_fault
+from r2cc_testbed.lab import mptcp
+from r2cc_testbed.serving.deploy import two_nodes
+from r2cc_testbed.serving.fault_hold import FaultSpec
+from r2cc_testbed.serving.load import compare, run_load
+from r2cc_testbed.serving.fault_run import run_with_fault
 from tests.comm.harness import free_port
 from tests.conftest import require
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 
 
 def _rail_tx(lab) -> list[int]:
-    from r2cc_serve.testbed.lab import netns
+    from r2cc_testbed.lab import netns
 
     links = {link["ifname"]: link for link in netns.ip_json(lab.host_ns(0), "-s", "link", "show")}
     return [int(links[lab.rail_ifname(k)]["stats64"]["tx"]["bytes"]) for k in range(lab.rails)]

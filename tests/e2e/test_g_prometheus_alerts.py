@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from r2cc_serve.testbed.observe import dashboard
-from r2cc_serve.testbed.observe.prometheus import PrometheusServer
-from r2cc_serve.testbed.serving.load import run_load
+from r2cc_testbed.observe import dashboard
+from r2cc_testbed.observe.prometheus import PrometheusServer
+from r2cc_testbed.serving.load import run_load
 from tests.e2e.conftest import LOAD
 
 pytestmark = pytest.mark.requires("prometheus")

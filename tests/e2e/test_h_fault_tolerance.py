@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.testbed.serving.deploy import two_nodes
-from r2cc_serve.testbed.serving.load import LoadSpec
-from r2cc_serve.testbed.serving.outage import run_outage
+from r2cc_testbed.serving.deploy import two_nodes
+from r2cc_testbed.serving.load import LoadSpec
+from r2cc_testbed.serving.outage import run_outage
 from r2cc_serve.vllm.fault_tolerance import GAVE_UP
 from tests.e2e.conftest import SERVE_ARGS
 

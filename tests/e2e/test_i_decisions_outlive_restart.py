@@ -20,8 +20,8 @@ import time
 import httpx
 import pytest
 
-from r2cc_serve.testbed.serving.deploy import single_instance
-from r2cc_serve.testbed.serving.load import LoadSpec, run_load
+from r2cc_testbed.serving.deploy import single_instance
+from r2cc_testbed.serving.load import LoadSpec, run_load
 from tests.comm.harness import free_port
 from tests.e2e.conftest import SERVE_ARGS
 

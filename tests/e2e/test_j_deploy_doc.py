@@ -25,8 +25,8 @@ import time
 import httpx
 import pytest
 
-from r2cc_serve.testbed.serving.load import compare, run_load
-from r2cc_serve.testbed.serving.procs import PRIVATE_SHM, Proc, stop_all
+from r2cc_testbed.serving.load import compare, run_load
+from r2cc_testbed.serving.procs import PRIVATE_SHM, Proc, stop_all
 from tests.comm.harness import free_port
 from tests.e2e.conftest import LOAD, SERVE_ARGS
 

@@ -1,4 +1,4 @@
-"""Pure parts of r2cc_serve.testbed.serving, fast and without vLLM: SSE parsing, timing, comparison, log parsing."""
+"""Pure parts of r2cc_testbed.serving, fast and without vLLM: SSE parsing, timing, comparison, log parsing."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from r2cc_serve.testbed.faults import FaultSpec
-from r2cc_serve.testbed.serving import evidence, fault_run
-from r2cc_serve.testbed.serving.fault_hold import FaultRecord
-from r2cc_serve.testbed.serving.load import LoadSpec, compare, percentile, run_load
+from r2cc_testbed.faults import FaultSpec
+from r2cc_testbed.serving import evidence, fault_run
+from r2cc_testbed.serving.fault_hold import FaultRecord
+from r2cc_testbed.serving.load import LoadSpec, compare, percentile, run_load
 
 NEEDS = "nothing"
 
@@ -76,8 +76,8 @@ def test_duration_mode_cycles_prompts_and_compare_matches_by_prompt(fake_url):
 def test_one_percentile_interpolates_like_numpy_and_vllm():
     import numpy as np
 
-    from r2cc_serve.testbed.loadtest import intervals as stats
-    from r2cc_serve.testbed.serving import admin_latency as probe
+    from r2cc_testbed.loadtest import intervals as stats
+    from r2cc_testbed.serving import admin_latency as probe
 
     assert percentile is stats.percentile  # one helper for the serving tools and the load tests
     assert percentile([], 50) is None and percentile([None], 99) is None
@@ -162,14 +162,14 @@ def test_spin_waits_sum_the_workers_and_keep_the_highest_pressure():
     status = {"a.json": doc(5, 1, 100, 0.4), "b.json": doc(2, 0, 50, 0.7), "old.json": {"counters": {}}}
     assert spin_waits(status.values()) == {"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure": 0.7}
     assert spin_waits([{"rails": []}]) == {}
-    from r2cc_serve.testbed.serving.serve_bench import _spin_text
+    from r2cc_testbed.serving.serve_bench import _spin_text
 
     text = _spin_text({"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure_last": 0.7})
     assert "spun 8 (7 got their bytes), slept at once 150 (CPU pressure 0.70)" in text, text
 
 
 def test_prefill_bench_reads_the_planned_schedule_and_renders():
-    from r2cc_serve.testbed.serving import serve_prefill as bench_prefill
+    from r2cc_testbed.serving import serve_prefill as bench_prefill
 
     status = {"g-rank0.json": {"plan": {"schedule": "auto", "choices": [
         {"size_bucket_bytes": 1 << 20, "schedule": "direct", "chunks": 1},
@@ -191,7 +191,7 @@ def test_prefill_bench_reads_the_planned_schedule_and_renders():
 
 def test_prefill_bench_refuses_bad_input_with_one_line():
     from r2cc_serve.errors import UserError
-    from r2cc_serve.testbed.serving import serve_prefill as bench_prefill
+    from r2cc_testbed.serving import serve_prefill as bench_prefill
 
     with pytest.raises(UserError, match="outside"):
         bench_prefill.parse_holds(["h7:0:down"], 4, 4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import glob
 import os
 
-from r2cc_serve.testbed.lab import netns
-from r2cc_serve.testbed.serving.procs import session_pids
+from r2cc_testbed.lab import netns
+from r2cc_testbed.serving.procs import session_pids
 from tests.e2e.conftest import PREFIX
 
 

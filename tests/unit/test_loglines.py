@@ -1,7 +1,7 @@
 """The log lines the serving tools read back are parsed by the module that writes them."""
 
 from r2cc_serve.health import loglines
-from r2cc_serve.testbed.serving import evidence
+from r2cc_testbed.serving import evidence
 
 
 def test_a_transition_survives_a_log_prefix_and_parentheses_in_its_reason():

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from r2cc_serve.testbed.serving.procs import sessions_cpu_s
+from r2cc_testbed.serving.procs import sessions_cpu_s
 
 BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
 

@@ -148,7 +148,7 @@ def test_an_operator_refresh_always_writes(tmp_path, monkeypatch):
 
 def test_a_reader_asking_for_fresh_counters_gets_them_at_the_next_sample(tmp_path, monkeypatch):
     # Byte totals after a short load must be the load's, not up to a refresh period old.
-    from r2cc_serve.testbed.serving.evidence import read_status_now
+    from r2cc_testbed.serving.evidence import read_status_now
 
     monkeypatch.setenv("R2CC_STATUS_REFRESH_MS", "60000")
     comm = FakeComm()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from r2cc_serve.testbed.bench import spec
-from r2cc_serve.testbed.bench.expect import add_expectations, host_line_Bps, schedule_table
+from r2cc_testbed.bench import spec
+from r2cc_testbed.bench.expect import add_expectations, host_line_Bps, schedule_table
 from r2cc_serve.errors import UserError
 from r2cc_serve.sched import cost
 from r2cc_serve.sched.group import GroupSchedule

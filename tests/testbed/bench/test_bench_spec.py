@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from r2cc_serve.testbed.bench import results as report, spec
+from r2cc_testbed.bench import results as report, spec
 from r2cc_serve.errors import UserError
 
 
@@ -131,7 +131,7 @@ def test_slow_calls_say_whether_a_caller_slept_or_lost_its_core():
 def test_call_switches_reads_the_thread_s_context_switches():
     from types import SimpleNamespace as R
 
-    from r2cc_serve.testbed.bench.worker import call_switches
+    from r2cc_testbed.bench.worker import call_switches
 
     assert call_switches(R(ru_nvcsw=3, ru_nivcsw=5), R(ru_nvcsw=3, ru_nivcsw=5)) == 0
     assert call_switches(R(ru_nvcsw=3, ru_nivcsw=5), R(ru_nvcsw=4, ru_nivcsw=5)) == 1
@@ -174,7 +174,7 @@ def test_fault_row_extra_time_and_hit():
 
 
 def test_rate_lists():
-    from r2cc_serve.testbed.bench.cli import parse_rates
+    from r2cc_testbed.bench.cli import parse_rates
 
     assert parse_rates(None) == [None]
     assert parse_rates("1gbit") == ["1gbit"]
@@ -201,7 +201,7 @@ def test_rate_table_puts_backends_side_by_side():
 
 
 def test_spin_lists():
-    from r2cc_serve.testbed.bench.cli import parse_spins
+    from r2cc_testbed.bench.cli import parse_spins
 
     assert parse_spins(None, ["r2cc"]) == [None]
     assert parse_spins("0, 100", ["r2cc", "mpi"]) == [0, 100]
@@ -233,8 +233,8 @@ def test_warm_up_runs_until_rank_0_s_time_is_up_and_every_rank_runs_as_many_call
 
     from torch.distributed import HashStore
 
-    from r2cc_serve.testbed.bench import worker
-    from r2cc_serve.testbed.bench.worker import warm_up
+    from r2cc_testbed.bench import worker
+    from r2cc_testbed.bench.worker import warm_up
     from tests.comm.harness import run_in_threads
 
     # Each rank's own clock, moved only by its calls: the count then follows from the rule, not

@@ -12,7 +12,7 @@ RAILS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 def ring_rank(rank, world, store, sizes, skip_rank):
     """Sums arange-based inputs of every size; `skip_rank` never calls all_reduce.
     Returns ("ok", outputs) or ("error", the FloorError's message)."""
-    from r2cc_serve.testbed.bench.tcp_floor import FloorError, TcpRing
+    from r2cc_testbed.bench.tcp_floor import FloorError, TcpRing
 
     ring = TcpRing(rank, world, store, RAILS, timeout_s=3.0 if skip_rank is not None else 30.0)
     try:

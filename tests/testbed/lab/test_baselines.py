@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.testbed.lab import baselines, mptcp
+from r2cc_testbed.lab import baselines, mptcp
 
 RAILS = ["rail0", "rail1", "rail2", "rail3"]
 

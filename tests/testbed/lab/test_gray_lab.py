@@ -16,10 +16,10 @@ import time
 import pytest
 
 from r2cc_serve.cli import main as cli_main
-from r2cc_serve.testbed.faults import parse_fault_text
-from r2cc_serve.testbed.lab import netns
-from r2cc_serve.testbed.lab.ping import socket_in_netns
-from r2cc_serve.testbed.lab.session import lab_session
+from r2cc_testbed.faults import parse_fault_text
+from r2cc_testbed.lab import netns
+from r2cc_testbed.lab.ping import socket_in_netns
+from r2cc_testbed.lab.session import lab_session
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(120), pytest.mark.requires("root", "ip", "tc", "nft")]
 

@@ -17,12 +17,12 @@ import time
 import pytest
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.testbed.faults import FaultSpec, parse_fault_text
-from r2cc_serve.testbed.lab import Lab, LabError
-from r2cc_serve.testbed.lab.cli import parse_host, parse_rail
+from r2cc_testbed.faults import FaultSpec, parse_fault_text
+from r2cc_testbed.lab import Lab, LabError
+from r2cc_testbed.lab.cli import parse_host, parse_rail
 from r2cc_serve.util.rates import check_rate
-from r2cc_serve.testbed.lab import netns
-from r2cc_serve.testbed.lab.netns import list_netns, root_links
+from r2cc_testbed.lab import netns
+from r2cc_testbed.lab.netns import list_netns, root_links
 from tests.conftest import require
 
 pytestmark = pytest.mark.lab

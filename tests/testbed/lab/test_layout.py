@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from r2cc_serve.testbed.lab.layout import Layout
+from r2cc_testbed.lab.layout import Layout
 
 # Every lab prefix of the project's own: default, fault/lab tests, e2e, vLLM tests, bench, load tests,
 # gray-fault lab tests (testbed and transport), the fault stress, doctor and existing-hosts bench tests. Two labs up at once

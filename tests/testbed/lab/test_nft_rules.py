@@ -1,13 +1,13 @@
-"""The nftables scripts of lab faults (r2cc_serve/testbed/lab/nft_rules.py), as text: no root needed."""
+"""The nftables scripts of lab faults (testbed/r2cc_testbed/lab/nft_rules.py), as text: no root needed."""
 
 from __future__ import annotations
 
 import pytest
 
-from r2cc_serve.testbed.faults import FaultSpec, parse_fault_text
-from r2cc_serve.testbed.lab.layout import Layout
-from r2cc_serve.testbed.lab.netns import LabError
-from r2cc_serve.testbed.lab.nft_rules import check_below_mtu, clear_scripts, fault_scripts
+from r2cc_testbed.faults import FaultSpec, parse_fault_text
+from r2cc_testbed.lab.layout import Layout
+from r2cc_testbed.lab.netns import LabError
+from r2cc_testbed.lab.nft_rules import check_below_mtu, clear_scripts, fault_scripts
 
 DIRECT = Layout("r2ccgy", 2, 4)    # two hosts: the far end of a rail is the peer host
 SWITCHED = Layout("r2ccgy", 3, 4)  # three: the far end is the host's port on the switch

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from r2cc_serve.testbed.loadtest.bench_serve import Request
-from r2cc_serve.testbed.loadtest.rounds import Round
-from r2cc_serve.testbed.loadtest.scenario import parse_scenario
+from r2cc_testbed.loadtest.bench_serve import Request
+from r2cc_testbed.loadtest.rounds import Round
+from r2cc_testbed.loadtest.scenario import parse_scenario
 
 SCENARIO = {
     "name": "fake", "description": "made up",

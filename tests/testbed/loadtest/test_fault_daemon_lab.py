@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from r2cc_serve.testbed.faults import FaultSchedule
-from r2cc_serve.testbed.lab import netns
-from r2cc_serve.testbed.lab.layout import Layout
+from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.lab import netns
+from r2cc_testbed.lab.layout import Layout
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(240), pytest.mark.requires("root", "ip", "tc", "nft")]
 
@@ -24,8 +24,8 @@ def _link_state(lab, host: int, rail: int) -> str:
 
 
 def test_schedule_lands_on_time_and_leaves_nothing(monkeypatch):
-    from r2cc_serve.testbed.loadtest.controller import FaultController
-    from r2cc_serve.testbed.lab.session import lab_session
+    from r2cc_testbed.loadtest.controller import FaultController
+    from r2cc_testbed.lab.session import lab_session
 
     monkeypatch.setenv("R2CC_LAB_STATE", f"/run/r2cc-lab/{PREFIX}-state.json")
     sched = FaultSchedule.parse([

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from r2cc_serve.cli import main as cli_main
-from r2cc_serve.testbed.loadtest import analysis
-from r2cc_serve.testbed.loadtest.report import write_report
-from r2cc_serve.testbed.loadtest.rounds import Round
+from r2cc_testbed.loadtest import analysis
+from r2cc_testbed.loadtest.report import write_report
+from r2cc_testbed.loadtest.rounds import Round
 from tests.testbed.loadtest import fakes
 
 

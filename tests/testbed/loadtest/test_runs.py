@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from r2cc_serve.testbed.lab.netns import list_netns
+from r2cc_testbed.lab.netns import list_netns
 from tests.comm.harness import free_port
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.testbed.loadtest.scenario import list_scenarios, load_scenario, merge, parse_scenario, scenario_dir
+from r2cc_testbed.loadtest.scenario import list_scenarios, load_scenario, merge, parse_scenario, scenario_dir
 
 SHIPPED = {"rail-down-restore", "blackhole", "flap", "degrade", "drain-undrain", "two-rails-down",
            "host-all-rails-down", "degraded-host", "lossy-rail", "lossy-vs-drained", "long-flap", "gray-rail"}
@@ -120,7 +120,7 @@ def test_a_local_dataset_is_found_beside_the_scenario(tmp_path):
 def test_command_line_backends_and_pairs_override_the_file():
     import argparse
 
-    from r2cc_serve.testbed.loadtest.cli import command_line_overrides
+    from r2cc_testbed.loadtest.cli import command_line_overrides
 
     path = os.path.join(scenario_dir(), "rail-down-restore.yaml")
     args = argparse.Namespace(backends="r2cc", pairs=8)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2cc_serve.testbed.loadtest.intervals import Overhead, Units, overheads, percentile, verdict
+from r2cc_testbed.loadtest.intervals import Overhead, Units, overheads, percentile, verdict
 
 
 def _rounds(rng, scale: float, n: int = 200) -> Units:
@@ -72,7 +72,7 @@ def test_tiny_bootstraps_do_not_crash(n_boot):
 
 def test_a_slow_rail_is_in_service_before_a_round(monkeypatch):
     """Rounds wait for rails out of service, not for a rail whose bandwidth figure is low."""
-    from r2cc_serve.testbed.loadtest import runner
+    from r2cc_testbed.loadtest import runner
 
     class Answer:
         def json(self):

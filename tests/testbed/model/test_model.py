@@ -18,9 +18,9 @@ except Exception as exc:  # noqa: BLE001
     pytest.skip(f"transformers/torch import failed: {exc!r}", allow_module_level=True)
 
 from r2cc_serve.errors import UserError
-from r2cc_serve.testbed.model import make_model
-from r2cc_serve.testbed.model import cli as model_cli
-from r2cc_serve.testbed.model.tiny_llama import VOCAB
+from r2cc_testbed.model import make_model
+from r2cc_testbed.model import cli as model_cli
+from r2cc_testbed.model.tiny_llama import VOCAB
 
 
 def _files(d: Path) -> dict[str, bytes]:
