@@ -10,6 +10,7 @@ from r2cc_serve import envs
 from r2cc_serve.errors import UserError
 
 DEFAULT_PORT = 8470
+VLLM_DEFAULT_PORT = 8000  # `vllm serve --port`'s default
 
 
 def _serve(args) -> int:
@@ -120,15 +121,50 @@ def _get_doc(client, url: str, key: str) -> dict:
     return doc
 
 
+# Where `r2cc rails` looks without --url: `r2cc admin` on this host, then vLLM's default port.
+LOCAL_CANDIDATES = (f"http://127.0.0.1:{DEFAULT_PORT}", f"http://127.0.0.1:{VLLM_DEFAULT_PORT}")
+
+
+def find_local_api(client, candidates=LOCAL_CANDIDATES) -> str:
+    """The first candidate base URL whose /r2cc/v1/health answers as r2cc's (401 counts: it is
+    there, and the read that follows names the token); UserError naming what was tried."""
+    import httpx
+
+    for base in candidates:
+        try:
+            r = client.get(base + "/r2cc/v1/health", timeout=1.0)
+        except httpx.HTTPError:
+            continue
+        if r.status_code == 401 or (r.status_code in (200, 503) and "status" in _json_or_empty(r)):
+            return base
+    raise UserError(f"no r2cc admin API answers on this host at {' or '.join(candidates)} (`r2cc admin`, or "
+                    "vLLM's default port): give the API server's address, e.g. `r2cc rails --url "
+                    "http://127.0.0.1:PORT` with vLLM's --port")
+
+
+def _json_or_empty(r) -> dict:
+    try:
+        doc = r.json()
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def _rails(args) -> int:
     import httpx
 
-    url = args.url.rstrip("/") + "/r2cc/v1"
     # One kept-alive client: httpx.get() builds a new client (and TLS context) per call, ~80 ms of CPU here.
     from r2cc_serve.admin.auth import configured_read_token, configured_token
 
     token = args.token or configured_read_token() or configured_token()
     client = httpx.Client(timeout=5, trust_env=False, headers={"Authorization": f"Bearer {token}"} if token else None)
+    if not args.url:
+        try:
+            args.url = find_local_api(client)
+        except UserError:
+            client.close()
+            raise
+    url = args.url.rstrip("/") + "/r2cc/v1"
     try:
         while True:
             rails = _get_doc(client, url + "/rails", "rails")["rails"]
@@ -160,7 +196,7 @@ def register(sub):
     """Add `r2cc admin` and `r2cc rails`; returns the subparsers of `r2cc admin`'s tools."""
     p = sub.add_parser("admin", help="serve the admin REST API for the r2cc groups on this host")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--status-dir", help="R2CC_STATUS_DIR of the group (default: this process's)")
     p.set_defaults(func=_serve)
     # Tools under `r2cc admin` that are not part of the API (probe-latency, from the test bed)
@@ -168,8 +204,9 @@ def register(sub):
     tools = p.add_subparsers(dest="admin_command", metavar="TOOL", required=False,
                              title="tools (without one, `r2cc admin` serves the API)")
     p = sub.add_parser("rails", help="show every rail of every host (a client of the admin API)")
-    p.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
-                   help="admin API base URL (vLLM: its own server, e.g. http://127.0.0.1:8000)")
+    p.add_argument("--url", help="admin API base URL: vLLM's own server (its --port, e.g. http://10.0.0.1:8000) or "
+                                 f"`r2cc admin`'s; default: whichever answers on this host at {DEFAULT_PORT} "
+                                 f"(r2cc admin) or {VLLM_DEFAULT_PORT} (vLLM's default port)")
     p.add_argument("--token", help="bearer token for reads (default: R2CC_ADMIN_READ_TOKEN, else R2CC_ADMIN_TOKEN); "
                                    "needed when the API closes reads, e.g. vLLM's --api-key")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

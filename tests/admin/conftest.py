@@ -10,7 +10,7 @@ import pytest
 class _Stub(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     BODIES = {"/v1/models": {"object": "list", "data": [{"id": "tiny"}]}, "/health": {},
-              "/r2cc/v1/rails": {"rails": [], "updated": 0.0}}
+              "/r2cc/v1/rails": {"rails": [], "updated": 0.0}, "/r2cc/v1/health": {"status": "ok", "reasons": []}}
 
     def do_GET(self):
         body = json.dumps(self.BODIES.get(self.path, {"detail": "Not Found"})).encode()
@@ -25,7 +25,8 @@ class _Stub(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub_server():
-    """Base URL of a server with vLLM's /v1/models and /health and an empty /r2cc/v1/rails;
+    """Base URL of a server with vLLM's /v1/models and /health, an empty /r2cc/v1/rails and an ok
+    /r2cc/v1/health;
     any other path answers 404 {"detail": "Not Found"}, as vLLM does for an unknown route."""
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -30,6 +30,23 @@ def test_r2cc_rails_names_what_is_wrong_when_the_url_is_no_admin_api(stub_server
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+def test_r2cc_rails_without_url_finds_the_local_api_or_says_how(stub_server):
+    """Without --url `r2cc rails` asks this host's `r2cc admin` port, then vLLM's default port,
+    and takes the first that answers as r2cc's admin API; none: one line naming both and --url."""
+    from r2cc_serve.admin.cli import find_local_api
+    from r2cc_serve.errors import UserError
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    with httpx.Client(trust_env=False) as client:
+        assert find_local_api(client, (dead, stub_server + "/not-r2cc", stub_server)) == stub_server
+        with pytest.raises(UserError, match="--url"):
+            find_local_api(client, (dead, stub_server + "/not-r2cc"))
+    out = _r2cc("rails")  # nothing of ours on 8470 or 8000 here (a vLLM on 8000 would be found)
+    assert out.returncode in (0, 1, 2) and "Traceback" not in out.stderr, out.stderr
+    if out.returncode == 2:
+        assert "8470" in out.stderr and "8000" in out.stderr and "--url" in out.stderr, out.stderr
+
+
 def busy_group(rank, world, store, status_dir):
     """All-reduces (checked bit for bit) until a stop file appears; rank 0 decides when,
     and tells the others through the group itself, so every rank runs the same sequence."""
