@@ -8,6 +8,7 @@
 
 #include "collectives.h"
 #include "net.h"
+#include "protocol.h"  // kProtocolVersion
 #include "sched/executor.h"
 #include "transport.h"
 

@@ -25,19 +25,19 @@
 
 namespace r2cc {
 
-double Transport::flap_penalty_locked(const Conn& c, int64_t now) const {
+double TransportImpl::flap_penalty_locked(const Conn& c, int64_t now) const {
   if (c.damp.penalty == 0 || opt_.flap_half_life_s <= 0) return c.damp.penalty;
   const double age_s = double(now - c.damp.penalty_ns) * 1e-9;
   return c.damp.penalty * std::exp2(-age_s / opt_.flap_half_life_s);
 }
 
-RailState Transport::connected_state_locked(const Conn& c) const {
+RailState TransportImpl::connected_state_locked(const Conn& c) const {
   if (rail_drained_[c.rail] || c.peer_drained) return c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
   if (c.damp.holding(now_ns()) || c.damp.peer_holds) return RailState::kHeld;
   return RailState::kUp;
 }
 
-void Transport::note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now) {
+void TransportImpl::note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now) {
   if (opt_.flap_threshold <= 0) return;
   Conn::Dampening& d = c.damp;
   const double before = flap_penalty_locked(c, now);
@@ -54,18 +54,18 @@ void Transport::note_rail_failure_locked(Conn& c, const std::string& reason, int
   start_hold_locked(c, now, head + reason);
 }
 
-bool Transport::extend_hold_locked(Conn& c, int64_t now) {
+bool TransportImpl::extend_hold_locked(Conn& c, int64_t now) {
   // Failing (or losing packets) again while held: the quiet time it must show starts again.
   if (!c.damp.holding(now)) return false;
   c.damp.hold_until_ns = now + hold_ns_locked(c.damp.level);
   return true;
 }
 
-int64_t Transport::hold_ns_locked(int level) const {
+int64_t TransportImpl::hold_ns_locked(int level) const {
   return int64_t(std::min(opt_.hold_max_s, opt_.hold_s * std::ldexp(1.0, level - 1)) * 1e9);
 }
 
-void Transport::start_hold_locked(Conn& c, int64_t now, const std::string& reason) {
+void TransportImpl::start_hold_locked(Conn& c, int64_t now, const std::string& reason) {
   Conn::Dampening& d = c.damp;
   d.level = std::min(d.level + 1, 30);
   d.hold_until_ns = now + hold_ns_locked(d.level);
@@ -78,7 +78,7 @@ void Transport::start_hold_locked(Conn& c, int64_t now, const std::string& reaso
   peers_[c.peer]->wake_writers();
 }
 
-void Transport::end_hold_locked(Conn& c, const char* why) {
+void TransportImpl::end_hold_locked(Conn& c, const char* why) {
   Conn::Dampening& d = c.damp;
   if (!d.hold_until_ns) return;
   d.hold_until_ns = 0;
@@ -91,12 +91,12 @@ void Transport::end_hold_locked(Conn& c, const char* why) {
   notify_done_locked();
 }
 
-void Transport::check_holds_locked(Peer& p, int64_t now) {
+void TransportImpl::check_holds_locked(Peer& p, int64_t now) {
   for (auto& c : p.conns)
     if (c->damp.hold_until_ns && now >= c->damp.hold_until_ns) end_hold_locked(*c, "its time is up");
 }
 
-void Transport::on_peer_hold_locked(Conn& c, bool held, bool restored) {
+void TransportImpl::on_peer_hold_locked(Conn& c, bool held, bool restored) {
   c.damp.peer_holds = held;
   // The operator restored the rail at the peer: the hold ends at both ends, and the penalty with it.
   if (restored) forgive_locked(c, "restored by the operator at the peer");
@@ -104,13 +104,13 @@ void Transport::on_peer_hold_locked(Conn& c, bool held, bool restored) {
   peers_[c.peer]->wake_writers();
 }
 
-void Transport::forgive_locked(Conn& c, const char* why) {
+void TransportImpl::forgive_locked(Conn& c, const char* why) {
   c.damp.penalty = 0;
   c.damp.level = 0;
   end_hold_locked(c, why);
 }
 
-void Transport::restore_conn_locked(Conn& c) {
+void TransportImpl::restore_conn_locked(Conn& c) {
   forgive_locked(c, "restored by the operator");
   // The peer's end is held too, most likely: tell it now, or when the rail next connects.
   if (is_connected(c.state)) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));

@@ -43,14 +43,14 @@ constexpr size_t kProbeDefaultSegment = 1500 - 40;  // also until the socket's o
 const char kZeros[kProbeMaxSegment] = {};
 }  // namespace
 
-double Transport::usual_rate_locked(const Peer& p) const {
+double TransportImpl::usual_rate_locked(const Peer& p) const {
   double best = 0;
   for (auto& o : p.conns)
     if (is_connected(o->state)) best = std::max(best, o->st.bandwidth_Bps);
   return best;
 }
 
-void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears) {
+void TransportImpl::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears) {
   const uint64_t epoch = c.epoch.load();
   if (c.progress_epoch != epoch) {  // a new socket: its counts start at zero
     c.progress.reset();
@@ -120,7 +120,7 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
   counters_.gray_suspects++;
 }
 
-void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns,
+void TransportImpl::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns,
                                   int64_t freshest_rx_ns) {
   const std::string where = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank);
   if (c.suspect) {
@@ -147,7 +147,7 @@ void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_
   counters_.gray_suspects++;
 }
 
-void Transport::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
+void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
   // Only where nothing else tests the path (data in flight is full-size segments already), and
   // only to a peer that is reading: a probe is bytes too, and a stopped process's kernel stops
   // acknowledging once its buffers are full, which would read as a dead path.

@@ -48,7 +48,7 @@ constexpr int64_t kDialerIdleNs = 1000000000;
 
 // ---- accepting side --------------------------------------------------------
 
-void Transport::accept_loop(int rail) {
+void TransportImpl::accept_loop(int rail) {
   const int lfd = listen_fds_[rail];
   while (!stopping_) {
     // Asleep until a peer dials or close() rings wake_fd_ (it stays readable once rung); it
@@ -67,7 +67,7 @@ void Transport::accept_loop(int rail) {
   }
 }
 
-void Transport::handshake_incoming(int fd, int rail) {
+void TransportImpl::handshake_incoming(int fd, int rail) {
   auto stop = [this] { return stopping_.load(); };
   const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
   auto timed_stop = [&] { return stop() || now_ns() > deadline; };
@@ -99,7 +99,7 @@ void Transport::handshake_incoming(int fd, int rail) {
 
 // ---- connecting side -------------------------------------------------------
 
-void Transport::connector_loop() {
+void TransportImpl::connector_loop() {
   try {
     enter_netns_forever(netns_);
   } catch (const std::exception& e) {
@@ -139,7 +139,7 @@ void Transport::connector_loop() {
   }
 }
 
-bool Transport::try_connect(Conn& c) {
+bool TransportImpl::try_connect(Conn& c) {
   std::string local_ip = rail_ips_[c.rail];
   std::string ip;
   int port;
@@ -196,7 +196,7 @@ bool Transport::try_connect(Conn& c) {
   return true;
 }
 
-void Transport::install(Conn& c, int fd) {
+void TransportImpl::install(Conn& c, int fd) {
   std::lock_guard<std::mutex> g(mu_);
   if (stopping_) {
     ::close(fd);

@@ -34,7 +34,7 @@ constexpr uint32_t kLossCompareSegments = 100;  // another rail's current window
 constexpr int64_t kLossWindowMaxNs = 30000000000LL;  // a window this old without enough segments starts again
 }  // namespace
 
-void Transport::check_loss_locked(Peer& p, Conn& c, int64_t now) {
+void TransportImpl::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   if (opt_.loss_hold_pct <= 0 || !is_connected(c.state) || c.suspect || c.path_dead) return;
   Conn::LossWindow& w = c.loss;
   // A stalled peer process stops reading; its kernel then drops what overflows the socket's

@@ -34,8 +34,8 @@ const char* rail_state_name(RailState s) {
 }
 
 
-Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std::string netns, std::string secret,
-                     uint64_t group_hash, TransportOptions opt)
+TransportImpl::TransportImpl(int rank, int world, std::vector<std::string> rail_ips, std::string netns, std::string secret,
+                             uint64_t group_hash, TransportOptions opt)
     : rank_(rank), world_(world), rail_ips_(std::move(rail_ips)), netns_(std::move(netns)),
       group_hash_(group_hash), opt_(opt) {
   if (world_ < 1 || rank_ < 0 || rank_ >= world_)
@@ -104,9 +104,9 @@ Transport::Transport(int rank, int world, std::vector<std::string> rail_ips, std
   }
 }
 
-Transport::~Transport() { close(); }
+TransportImpl::~TransportImpl() { close(); }
 
-void Transport::connect_all(const std::vector<std::vector<std::pair<std::string, int>>>& peer_addrs) {
+void TransportImpl::connect_all(const std::vector<std::vector<std::pair<std::string, int>>>& peer_addrs) {
   // Named, so that `top -H` and perf tell them apart (15 characters at most).
   auto named = [](std::string name, auto body) {
     return [name, body] {
@@ -161,7 +161,7 @@ void Transport::connect_all(const std::vector<std::vector<std::pair<std::string,
     }
   }
 }
-void Transport::flush_before_close() {
+void TransportImpl::flush_before_close() {
   // Let what peers still need leave first: our un-acked sends and the acks we owe.
   // Bounded: a dead peer must not hold up close().
   const int64_t deadline = now_ns() + 2000000000LL;
@@ -190,7 +190,7 @@ void Transport::flush_before_close() {
   while (!goodbyes_out() && now_ns() < bye_deadline) done_cv_.wait_for(lk, std::chrono::milliseconds(1));
 }
 
-void Transport::set_error_locked(ErrorKind kind, const std::string& reason) {
+void TransportImpl::set_error_locked(ErrorKind kind, const std::string& reason) {
   if (!error_.empty()) return;
   error_ = reason;
   error_kind_ = kind;
@@ -203,22 +203,22 @@ void Transport::set_error_locked(ErrorKind kind, const std::string& reason) {
   notify_done_locked();
 }
 
-void Transport::abort(const std::string& reason, ErrorKind kind) {
+void TransportImpl::abort(const std::string& reason, ErrorKind kind) {
   std::lock_guard<std::mutex> g(mu_);
   set_error_locked(kind, reason);
 }
 
-std::string Transport::error() const {
+std::string TransportImpl::error() const {
   std::lock_guard<std::mutex> g(mu_);
   return error_;
 }
 
-ErrorKind Transport::error_kind() const {
+ErrorKind TransportImpl::error_kind() const {
   std::lock_guard<std::mutex> g(mu_);
   return error_kind_;
 }
 
-char* Transport::scratch(size_t bytes) {
+char* TransportImpl::scratch(size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
   if (bytes > scratch_bytes_ || (scratch_bytes_ > kMaxKeptScratch && bytes <= kMaxKeptScratch)) {
     scratch_.reset();  // no zero-fill: every collective writes its scratch before reading it
@@ -228,11 +228,11 @@ char* Transport::scratch(size_t bytes) {
   return scratch_.get();
 }
 
-void Transport::throw_error_locked() const { throw AbortedError(error_kind_, error_); }
+void TransportImpl::throw_error_locked() const { throw AbortedError(error_kind_, error_); }
 
-void Transport::use_fd_locked(Conn& c, int fd) { c.fd_users[fd]++; }
+void TransportImpl::use_fd_locked(Conn& c, int fd) { c.fd_users[fd]++; }
 
-void Transport::release_fd_locked(Conn& c, int fd) {
+void TransportImpl::release_fd_locked(Conn& c, int fd) {
   // A socket is closed only when no thread can still be inside recv/send on it,
   // so its number cannot be reused under a stale reader.
   if (--c.fd_users[fd] == 0 && fd != c.fd) {
@@ -241,7 +241,7 @@ void Transport::release_fd_locked(Conn& c, int fd) {
   }
 }
 
-void Transport::close() {
+void TransportImpl::close() {
   if (!stopping_.load()) flush_before_close();
   {
     std::lock_guard<std::mutex> g(mu_);

@@ -6,7 +6,7 @@
 #include "messages.h"
 #include "net.h"
 #include "progress.h"
-#include "transport.h"
+#include "transport_impl.h"
 
 namespace r2cc {
 
@@ -22,7 +22,7 @@ inline bool is_connected(RailState s) {
   return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained || s == RailState::kHeld;
 }
 
-struct Transport::Conn {
+struct TransportImpl::Conn {
   int peer = -1, rail = -1;
   bool we_connect = false;  // the higher rank of a pair dials; the lower one accepts
   int fd = -1;
@@ -162,7 +162,7 @@ struct Transport::Conn {
 // One installed socket's receive side: a frame parser that keeps its place between events.
 // The thread that took its one-shot event owns it (busy); others touch it only under mu_ while
 // it is idle.
-struct Transport::RxStream {
+struct TransportImpl::RxStream {
   enum class Phase { kHeader, kPayload, kAbortReason, kPadding };
   Conn* conn = nullptr;
   int fd = -1;
@@ -201,7 +201,7 @@ struct Transport::RxStream {
 };
 
 // What one pass of a connection's writer sends (writer_gather_locked fills it under mu_).
-struct Transport::WriterBatch {
+struct TransportImpl::WriterBatch {
   std::vector<FrameHeader> frames;  // control frames and acks (and the chunk's header, unless tail has it)
   std::vector<FrameHeader> tail;    // the chunk's header when an abort reason goes first
   std::string abort_reason;         // to send with an abort frame, if any
@@ -209,7 +209,7 @@ struct Transport::WriterBatch {
   Chunk chunk;                      // msg null: no chunk this pass
 };
 
-struct Transport::Peer {
+struct TransportImpl::Peer {
   int rank = -1;
   uint64_t next_send_seq = 0, next_recv_seq = 0;
   std::deque<Chunk> queue;                           // waiting for a rail
