@@ -90,7 +90,7 @@ void TransportImpl::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64
   const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
   // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
   // neither the peers' silence nor their kernels' silence across the stall is evidence.
-  if (now - last_pass_ns_.load() > timeout_ns / 2) stall_end_ns_ = now;
+  if (QuietJudge::held_up(now, last_pass_ns_.load(), timeout_ns)) stall_end_ns_ = now;
   last_pass_ns_.store(now);
   sample_cpu_pressure(now);
   rx_readmit_locked(now);
@@ -120,32 +120,8 @@ void TransportImpl::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64
   counters_.watchdog_pass_max_us = std::max(counters_.watchdog_pass_max_us, held_us);
 }
 
-int64_t TransportImpl::suspect_after_ns(const PathInfo& pi) const {
-  // Twice the kernel's own retransmission estimate (srtt + 4 rttvar, without its 200 ms
-  // floor): at 4 hosts x 250mbit the rails' queues made round trips of 10-20 ms vary by up
-  // to 11 ms, and a 60 ms gap of ACKs and bytes on a healthy rail then and again failed
-  // it over for nothing. A dead path keeps the estimate it had, so detection stays bounded;
-  // never past peer_silence_ms, when a rail that stays quiet is failed for good.
-  const int64_t floor_ns = ms_ns(opt_.rail_timeout_ms);
-  if (!pi.ok) return floor_ns;
-  const int64_t rto_ns = (int64_t(pi.rtt_us) + 4 * int64_t(pi.rttvar_us)) * 1000;
-  return std::max(floor_ns, std::min(2 * rto_ns, ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms))));
-}
-
-bool TransportImpl::path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns,
-                                 int64_t quiet_ns) const {
-  // Judge only after sending without pause for the whole quiet time: after a pause of ours
-  // the first bytes may wait for the peer's delayed ACK, which is not the path's fault.
-  if (now - std::max(c.tx_resume_ns.load(), stall_end_ns) <= quiet_ns) return false;
-  if (!pi.ok || int64_t(pi.last_ack_recv_ms) * 1000000 <= quiet_ns) return false;
-  // Sent and unacknowledged, or stuck unsent with the peer's window open (no route: our
-  // own link is down). A zero window is a peer process that stopped reading: not the path.
-  return pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
-}
-
 void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns) {
   const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
-  const int64_t fail_ns = ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms));
   bool any_connected = false, all_silent = true, any_dead = false;
   int64_t least_silence = INT64_MAX;  // raw: since the peer last spoke on any connected rail
   int64_t freshest_rx = 0;            // when it last did (a rail quiet meanwhile is mute: gray.cc)
@@ -157,36 +133,32 @@ void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_
   for (auto& cp : p.conns) {
     Conn& c = *cp;
     if (!is_connected(c.state)) {
-      c.path_dead = false;
+      c.quiet.reset();
       continue;
     }
     any_connected = true;
     p.last_heard_ns = std::max(p.last_heard_ns, c.last_rx_ns.load());
     least_silence = std::min(least_silence, now - c.last_rx_ns.load());
-    const int64_t silent = now - std::max(c.last_rx_ns.load(), stall_end_ns);
+    const int64_t silent = QuietJudge::silent_ns(now, c.last_rx_ns.load(), stall_end_ns);
     // Bytes already queued in the kernel: the peer spoke, our reader is just slow to run.
-    bool hears = silent < timeout_ns || bytes_readable(c.fd) > 0;
+    bool hears = silent < c.quiet.floor_ns() || bytes_readable(c.fd) > 0;
     PathInfo pi;
-    int64_t quiet_ns = timeout_ns;
+    int64_t quiet_ns = c.quiet.floor_ns();
     if (!hears) {  // TCP_INFO only for a rail already quiet for the floor
       pi = path_info(c.fd);
-      quiet_ns = suspect_after_ns(pi);
+      quiet_ns = c.quiet.suspect_after_ns(pi);
       hears = silent < quiet_ns;
     }
     if (hears) {
       all_silent = false;
-      c.path_dead = false;
+      c.quiet.heard();
     } else {
-      // Once dead, a path stays dead until there is evidence of life (the peer speaks, or
-      // its kernel acknowledges again): a pause in our own sending only withholds evidence,
-      // and must not put a dead rail back in service (it did, and the rail flapped).
-      if (!c.path_dead) c.path_dead = path_dead_locked(c, pi, now, stall_end_ns, quiet_ns);
-      else if (pi.ok && int64_t(pi.last_ack_recv_ms) * 1000000 < quiet_ns) c.path_dead = false;
+      c.quiet.judge_quiet(pi, now, c.tx_resume_ns.load(), stall_end_ns, quiet_ns);
     }
     // Heard or not: our own bytes may be stuck or crawling (gray.cc).
     judge_progress_locked(p, c, now, stall_end_ns, hears);
     if (!is_connected(c.state)) continue;  // it failed for good just now
-    if (c.path_dead) {
+    if (c.quiet.path_dead()) {
       any_dead = true;
       const std::string why = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank) +
                               ": no bytes for " + std::to_string(silent / 1000000) +
@@ -194,7 +166,7 @@ void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_
                               std::to_string(pi.last_ack_recv_ms) + " ms (link down or blackholed)";
       // Suspect at once (its chunks move to the other rails, cheap and reversible); fail
       // the connection for good only when the path stays dead.
-      if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout, why);
+      if (silent > c.quiet.fail_after_ns()) fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout, why);
       else suspect_conn_locked(c, IoCause::kTimeout, why);
     } else if (c.suspect && (c.suspect_why == SuspectWhy::kSilent || c.suspect_why == SuspectWhy::kMute) &&
                c.last_rx_ns.load() > c.suspect_since_ns) {

@@ -75,7 +75,7 @@ void TransportImpl::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t
     c.proven = true;
     p.wake_writers();
   }
-  const int64_t quiet_ns = suspect_after_ns(pi);
+  const int64_t quiet_ns = c.quiet.suspect_after_ns(pi);
   const ProgressJudge::Verdict v =
       c.progress.look(now, s, quiet_ns, stall_end_ns, usual_rate_locked(p));
   const int64_t stuck_ns = c.progress.stuck_for_ns(now);
@@ -86,7 +86,7 @@ void TransportImpl::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t
       c.suspect = false;
       p.wake_writers();
     } else if (c.suspect_why == SuspectWhy::kStuck &&
-               stuck_ns > ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms))) {
+               stuck_ns > c.quiet.fail_after_ns()) {
       fail_conn_locked(c, epoch, IoCause::kTimeout,
                        where() + ": none of our bytes acknowledged for " + std::to_string(stuck_ns / 1000000) +
                            " ms while the peer kept speaking on it (a gray failure: small frames pass, data "
@@ -124,7 +124,7 @@ void TransportImpl::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t sil
                                   int64_t freshest_rx_ns) {
   const std::string where = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank);
   if (c.suspect) {
-    if (c.suspect_why == SuspectWhy::kMute && silent_ns > ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)))
+    if (c.suspect_why == SuspectWhy::kMute && silent_ns > c.quiet.fail_after_ns())
       fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout,
                        where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                            " ms while its other rails delivered (a gray failure: its data is stuck on this path)");
@@ -132,12 +132,11 @@ void TransportImpl::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t sil
   }
   // The peer's process runs (another of its rails spoke within half the rail timeout) and sends
   // heartbeats on every rail in one pass; this one has been silent for its whole quiet time.
-  if (now - freshest_rx_ns >= ms_ns(opt_.rail_timeout_ms) / 2) return;
   // Not while the peer catches up after a pause of its process (SIGSTOP, starvation): its rails
   // come back as its threads get a CPU, in any order, and a writer descheduled mid-frame keeps its
   // rail quiet (no heartbeat can go between a frame's bytes). Seen: a rail quiet across the whole
   // pause set aside a pass after another spoke, and one quiet 77 ms just after the pause.
-  if (now - p.spoke_again_ns < std::max(quiet_ns, ms_ns(opt_.peer_silence_ms))) return;
+  if (!c.quiet.mute(now, quiet_ns, freshest_rx_ns, p.spoke_again_ns)) return;
   suspect_conn_locked(c, IoCause::kTimeout,
                       where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                           " ms while its other rails delivered (its data is stuck on this path)",

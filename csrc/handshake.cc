@@ -215,20 +215,20 @@ void TransportImpl::install(Conn& c, int fd) {
   c.sndbuf = send_buffer_size(fd);
   c.epoch++;
   c.peer_drained = false;
-  c.damp.peer_holds = false;  // the peer says again at its install
+  c.peer_holds = false;  // the peer says again at its install
   c.state = connected_state_locked(c);
   c.ctrl.clear();
   c.last_rx_ns = now_ns();
   c.last_tx_ns = 0;
   c.tx_resume_ns = now_ns();
-  c.path_dead = false;
+  c.quiet.reset();
   c.probe_sent_ns = 0;  // a new path is probed with a full-size frame at the next pass (gray.cc)
   c.proven = first;     // a re-dialed one takes chunks once that probe is delivered
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
   if (c.damp.holding(now_ns())) c.ctrl.push_back(control_frame(FrameType::kHold));
-  if (c.damp.restore_pending) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));
-  c.damp.restore_pending = false;
+  if (c.restore_pending) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));
+  c.restore_pending = false;
   rx_start_locked(c, fd);
   Peer& p = *peers_[c.peer];
   p.no_link_since_ns = 0;

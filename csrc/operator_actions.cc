@@ -115,9 +115,8 @@ std::string TransportImpl::shown_state_locked(const Conn& c) const {
 }
 
 std::string TransportImpl::hold_reason_locked(const Conn& c, int64_t now) const {
-  const Conn::Dampening& d = c.damp;
-  if (d.holding(now)) return d.reason;
-  return d.peer_holds ? "rank " + std::to_string(c.peer) + " holds it out (flapping or losing packets at its end)" : "";
+  if (c.damp.holding(now)) return c.damp.reason();
+  return c.peer_holds ? "rank " + std::to_string(c.peer) + " holds it out (flapping or losing packets at its end)" : "";
 }
 
 std::string TransportImpl::state_signature() const {
@@ -198,14 +197,13 @@ std::vector<ConnStats> TransportImpl::stats() const {
       ConnStats s = c->st;
       s.state = shown_state_locked(*c);
       s.held = rail_held_[c->rail];
-      const Conn::Dampening& d = c->damp;
-      s.flap_penalty = flap_penalty_locked(*c, now);
-      s.hold_left_s = d.holding(now) ? double(d.hold_until_ns - now) * 1e-9 : 0;
+      s.flap_penalty = c->damp.penalty(now);
+      s.hold_left_s = double(c->damp.hold_left_ns(now)) * 1e-9;
       s.hold_reason = hold_reason_locked(*c, now);
-      s.retrans_pct = c->loss.pct;
+      s.retrans_pct = c->loss.last_pct();
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
-      s.suspect_after_s = double(suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
+      s.suspect_after_s = double(c->quiet.suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
       out.push_back(s);
     }
   }

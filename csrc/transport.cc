@@ -61,6 +61,9 @@ TransportImpl::TransportImpl(int rank, int world, std::vector<std::string> rail_
       c->we_connect = rank_ > p;
       c->st.peer = p;
       c->st.rail = r;
+      c->damp = FlapDampening({opt_.flap_threshold, opt_.flap_half_life_s, opt_.hold_s, opt_.hold_max_s});
+      c->loss = LossJudge({opt_.loss_hold_pct, opt_.loss_min_segments});
+      c->quiet = QuietJudge({opt_.rail_timeout_ms, opt_.peer_silence_ms});
       peer->conns.push_back(std::move(c));
     }
     peers_.push_back(std::move(peer));

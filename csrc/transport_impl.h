@@ -146,10 +146,6 @@ class TransportImpl {
   bool watchdog_pass_due(int64_t now) const;
   void arm_watchdog_timer(int64_t at_ns);  // absolute, CLOCK_MONOTONIC (now_ns's clock)
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
-  bool path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns, int64_t quiet_ns) const;
-  // How long a rail may be quiet before it is suspect: rail_timeout_ms, or longer where the
-  // path's own round trips (queues on a busy host or a slow link) make gaps that long.
-  int64_t suspect_after_ns(const PathInfo& pi) const;
   void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
 
   std::vector<std::string> audit_books_locked() const;  // books.cc
@@ -172,13 +168,11 @@ class TransportImpl {
   // its heartbeats, but given no new chunks, until the hold ends (watchdog) or restore_rail.
   void note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now);
   void start_hold_locked(Conn& c, int64_t now, const std::string& reason);
-  bool extend_hold_locked(Conn& c, int64_t now);  // held: restart its quiet time, true; else false
   void end_hold_locked(Conn& c, const char* why);
   void check_holds_locked(Peer& p, int64_t now);  // watchdog: ends holds whose time is up
   void on_peer_hold_locked(Conn& c, bool held, bool restored);  // the peer's kHold / kRelease frame
   void forgive_locked(Conn& c, const char* why);  // no penalty, no hold (this side)
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
-  double flap_penalty_locked(const Conn& c, int64_t now) const;  // decayed to now
   std::string state_signature_locked() const;
   // A wait_state_change under way, looked at by the watchdog's passes.
   struct StateWatch {
@@ -192,7 +186,6 @@ class TransportImpl {
   void check_state_watches_locked(int64_t now);
   std::string shown_state_locked(const Conn& c) const;  // the state rail_stats() reports
   std::string hold_reason_locked(const Conn& c, int64_t now) const;
-  int64_t hold_ns_locked(int level) const;  // quiet time the level-th hold in a row asks for
   // The state a connected rail settles in: drained (by either side) before held before up.
   RailState connected_state_locked(const Conn& c) const;
 
