@@ -96,28 +96,31 @@ class TransportImpl {
     uint32_t idx;
   };
 
-  // Private methods by file. Unless a name says otherwise, a *_locked method needs mu_ held and
-  // never blocks; the *_loop methods are thread bodies that return only at close().
+  // Private methods by the file that owns them. Unless a name or comment says otherwise, a
+  // *_locked method needs mu_ held and never blocks; a *_loop method is a thread body that
+  // returns only at close(); anything else takes mu_ itself when it needs it.
 
-  // transport.cc: the group's error (first one wins; from then on every wait throws it and no
-  // thread touches a caller's buffer) and socket-number book-keeping (a socket is closed only
-  // once no thread can still be inside recv/send on it).
+  // transport.cc [under mu_, but flush_before_close, which blocks lock free]: the group's error (first one
+  // wins; from then on every wait throws it and no thread touches a caller's buffer) and socket-number
+  // book-keeping (a socket is closed only once no thread can still be inside recv/send on it).
   void flush_before_close();  // blocks up to ~2.3 s for our sends, owed acks and goodbyes
   void set_error_locked(ErrorKind kind, const std::string& reason);
   void throw_error_locked() const;
   void use_fd_locked(Conn& c, int fd);
   void release_fd_locked(Conn& c, int fd);
 
-  // handshake.cc: set-up and re-connects. A failed handshake closes its socket and notes why
-  // on the Conn; it never fails the group. install() is the only way a socket enters a Conn.
+  // handshake.cc [thread bodies and blocking handshakes, lock free; install takes mu_]: set-up and
+  // re-connects. A failed handshake closes its socket and notes why on the Conn; it never fails the group.
+  // install() is the only way a socket enters a Conn.
   void accept_loop(int rail);
   void handshake_incoming(int fd, int rail);  // blocks up to the handshake timeout, lock free
   void connector_loop();
   bool try_connect(Conn& c);  // blocks (dial + handshake), lock free; true when installed
   void install(Conn& c, int fd);
 
-  // failover.cc: acting on a failed or quiet rail: its un-acked chunks go back to the queue.
-  // `cause` is kept beside the reason's text on the Conn (Conn::note_error): the detector reads it.
+  // failover.cc [under mu_, never blocks]: acting on a failed or quiet rail: its un-acked chunks go back to
+  // the queue. `cause` is kept beside the reason's text on the Conn (Conn::note_error): the detector reads
+  // it.
   void fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason);  // no-op if epoch moved on
   // Why a rail is set aside (Conn::suspect in transport_internal.h says what clears each).
   enum class SuspectWhy { kSilent, kMute, kStuck, kSlow };
@@ -132,7 +135,9 @@ class TransportImpl {
   bool peer_has_link_locked(const Peer& p) const;
   bool peer_has_path_locked(const Peer& p) const;
 
-  // detector.cc: failure detection from path evidence, stalled peers, heartbeats, bandwidth,
+  // detector.cc [watchdog pass: under mu_, from the watchdog thread or a caller running a due pass;
+  // watchdog_loop and run_due_pass_on_caller take mu_, arm_watchdog_timer is lock free; check_wait_locked
+  // runs on a waiting caller]: failure detection from path evidence, stalled peers, heartbeats, bandwidth,
   // and the verdicts of a waiting collective (check_wait_locked sets the group's error).
   void watchdog_loop();
   // One pass: heartbeats, path evidence, holds, loss and bandwidth samples, stale hedges, the
@@ -147,25 +152,27 @@ class TransportImpl {
   void arm_watchdog_timer(int64_t at_ns);  // absolute, CLOCK_MONOTONIC (now_ns's clock)
   void check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns);
   void track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence);
-
-  std::vector<std::string> audit_books_locked() const;  // books.cc
-
-  // gray.cc: rails on which the peer still speaks while data does not move (see its header).
-  // judge_progress_locked: our bytes stuck or slow on c (new verdicts only while we hear the
-  // peer on it: a quiet rail is detector.cc's); clears or fails c's own earlier verdict.
-  void judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears);
-  // c silent for its quiet time, its path alive: mute when another rail of p spoke just now.
-  void judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns, int64_t freshest_rx_ns);
-  void send_probe_locked(Conn& c, const Peer& p, int64_t now);  // a full-size frame on an idle rail, when due
-  double usual_rate_locked(const Peer& p) const;  // the fastest measured rate of p's rails
   void send_heartbeat_locked(Conn& c, Peer& p, int64_t now);
   void update_bandwidth_locked(Conn& c, int64_t now);
   void check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns);
   std::string no_path_error_locked(const Peer& p, ErrorKind* kind) const;
 
-  // dampening.cc: flap dampening. A rail's failures (a failover of its chunks, not an operator's)
-  // raise a decaying penalty; at the threshold the rail is held: kept connected and probed by
-  // its heartbeats, but given no new chunks, until the hold ends (watchdog) or restore_rail.
+  // books.cc [under mu_]: the books' audit (audit_books() takes mu_ for it).
+  std::vector<std::string> audit_books_locked() const;
+
+  // gray.cc [watchdog pass, never blocks]: rails on which the peer still speaks while data does not move
+  // (see its header). judge_progress_locked: our bytes stuck or slow on c (new verdicts only while we hear
+  // the peer on it: a quiet rail is detector.cc's); clears or fails c's own earlier verdict.
+  void judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears);
+  // c silent for its quiet time, its path alive: mute when another rail of p spoke just now.
+  void judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns, int64_t freshest_rx_ns);
+  void send_probe_locked(Conn& c, const Peer& p, int64_t now);  // a full-size frame on an idle rail, when due
+  double usual_rate_locked(const Peer& p) const;  // the fastest measured rate of p's rails
+
+  // dampening.cc [under mu_, never blocks; the arithmetic is FlapDampening's, dampening.h]: flap dampening.
+  // A rail's failures (a failover of its chunks, not an operator's) raise a decaying penalty; at the
+  // threshold the rail is held: kept connected and probed by its heartbeats, but given no new chunks, until
+  // the hold ends (watchdog) or restore_rail.
   void note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now);
   void start_hold_locked(Conn& c, int64_t now, const std::string& reason);
   void end_hold_locked(Conn& c, const char* why);
@@ -173,6 +180,16 @@ class TransportImpl {
   void on_peer_hold_locked(Conn& c, bool held, bool restored);  // the peer's kHold / kRelease frame
   void forgive_locked(Conn& c, const char* why);  // no penalty, no hold (this side)
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
+  // The state a connected rail settles in: drained (by either side) before held before up.
+  RailState connected_state_locked(const Conn& c) const;
+
+  // operator_actions.cc [under mu_; the public calls take it]: each action atomic under mu_; a refused one
+  // changes nothing. Also the stats and the state signature (copies under mu_).
+  void check_rail(int rail) const;  // throws out_of_range
+  void check_conn(int peer, int rail) const;  // throws out_of_range
+  void check_last_rail_locked(int rail, const char* action) const;  // throws LastRailError
+  std::vector<std::pair<Peer*, Conn*>> conns_on_rail_locked(int rail) const;  // one per peer
+  void set_rail_drained_locked(int rail, bool drained);
   std::string state_signature_locked() const;
   // A wait_state_change under way, looked at by the watchdog's passes.
   struct StateWatch {
@@ -186,18 +203,10 @@ class TransportImpl {
   void check_state_watches_locked(int64_t now);
   std::string shown_state_locked(const Conn& c) const;  // the state rail_stats() reports
   std::string hold_reason_locked(const Conn& c, int64_t now) const;
-  // The state a connected rail settles in: drained (by either side) before held before up.
-  RailState connected_state_locked(const Conn& c) const;
 
-  // operator_actions.cc: each action atomic under mu_; a refused one changes nothing.
-  void check_rail(int rail) const;  // throws out_of_range
-  void check_conn(int peer, int rail) const;  // throws out_of_range
-  void check_last_rail_locked(int rail, const char* action) const;  // throws LastRailError
-  std::vector<std::pair<Peer*, Conn*>> conns_on_rail_locked(int rail) const;  // one per peer
-  void set_rail_drained_locked(int rail, bool drained);
-
-  // posting.cc: the caller's side. Posting never blocks; wait_ops blocks with mu_ released
-  // while asleep and always ends (done, the group's error, or a detector verdict).
+  // posting.cc [caller threads; *_locked under mu_; wait_ops and try_send_inline release it while they
+  // sleep or write]: the caller's side. Posting never blocks; wait_ops blocks with mu_ released while
+  // asleep and always ends (done, the group's error, or a detector verdict).
   void check_peer(int peer) const;  // throws invalid_argument
   void check_call_locked(Peer& p, const InMsg& m);  // a mismatch aborts the group
   // Writes one chunk from the calling thread when a rail is idle (unlocks lk while writing; never
@@ -220,14 +229,6 @@ class TransportImpl {
   size_t send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns);
   static constexpr int kHedgeAfterUs = 50;
   static constexpr int64_t kHedgeStaleNs = 1000000;
-  // A spinning caller's copies are due once its peer is kHedgeLateFactor times later than
-  // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
-  static constexpr int64_t kHedgeLateFactor = 4;
-  int64_t hedge_after_ns() const;
-  // A sleeping waiter's hedge copies: writes those stale (kHedgeStaleNs after posting) and says
-  // when the next one falls due (0: none it can wake for).
-  int64_t send_stale_hedges();
-  void note_reply(int64_t waited_ns);  // a spin got bytes after waited_ns: the smoothed reply time
   // The driving caller read acks that freed window on rails of p: it writes their next chunks
   // itself where the socket has room, and wakes the writer of a rail where it had none.
   void refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk);
@@ -242,9 +243,9 @@ class TransportImpl {
   void release_reader_locked(Peer& p, InMsg& m);
   void finish_chunk_write_locked(const Chunk& chunk);
 
-  // rx_loop.cc: the receive side of every socket: one epoll set, one-shot per stream (the
-  // thread that took a stream's event owns it until it re-arms). Handlers never block and
-  // never hold mu_ inside recv(); an I/O error fails the rail, never the group.
+  // rx_loop.cc [the receive thread or the driving caller; *_locked under mu_]: the receive side of every socket: one epoll set, one-shot per
+  // stream (the thread that took a stream's event owns it until it re-arms). Handlers never block and never
+  // hold mu_ inside recv(); an I/O error fails the rail, never the group.
   void rx_loop();
   // One stream's event: take it (rx_take), read and parse what is ready (rx_read, lock free),
   // then fail the rail on an error, re-arm or retire the stream and see to its acks.
@@ -272,10 +273,14 @@ class TransportImpl {
   // a spin ended (data or done within spin_us, or not). Lock free; only a driving caller notes.
   bool spin_worthwhile();
   void note_spin(bool hit);
-  // host_load.cc (watchdog, lock free): the host's CPU pressure, which gates spinning.
-  void sample_cpu_pressure(int64_t now);
-  // loss.cc: a connection whose retransmissions show a lossy path is held (dampening.cc).
-  void check_loss_locked(Peer& p, Conn& c, int64_t now);
+  // A spinning caller's copies are due once its peer is kHedgeLateFactor times later than
+  // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
+  static constexpr int64_t kHedgeLateFactor = 4;
+  int64_t hedge_after_ns() const;
+  // A sleeping waiter's hedge copies: writes those stale (kHedgeStaleNs after posting) and says
+  // when the next one falls due (0: none it can wake for).
+  int64_t send_stale_hedges();
+  void note_reply(int64_t waited_ns);  // a spin got bytes after waited_ns: the smoothed reply time
   void notify_done_locked();  // ops may have completed or failed: wake every kind of waiter
   std::string rx_frame_done(RxStream& s);  // a header, payload or abort reason is complete
   void rx_start_locked(Conn& c, int fd);   // a socket was installed: a stream for it
@@ -286,11 +291,20 @@ class TransportImpl {
   std::string rx_data_begin_locked(RxStream& s);  // claims the chunk, or picks the scratch
   void rx_data_done_locked(RxStream& s);
 
-  // conn_io.cc: one connection's writer. Only it and the inline sender write to a connected
-  // socket (one at a time: Conn::writing); neither holds mu_ while blocked on the socket; an
-  // I/O error fails the rail, never the group.
-  // Each pass: finish a caller's handoff, or gather under mu_ what is due (writer_gather_locked)
-  // and write it with mu_ released (writer_write); a failed write fails the rail.
+  // host_load.cc [watchdog pass; lock free but for psi_*, under mu_]: the host's CPU pressure, which gates
+  // spinning.
+  void sample_cpu_pressure(int64_t now);
+
+  // loss.cc [watchdog pass, never blocks; the verdict is LossJudge's, loss_judge.h]: a connection whose
+  // retransmissions show a lossy path is held (dampening.cc).
+  void check_loss_locked(Peer& p, Conn& c, int64_t now);
+
+  // conn_io.cc [the connection's writer thread, or an inline sender holding Conn::writing; *_locked
+  // under mu_]: one connection's writer. Only it and the inline
+  // sender write to a connected socket (one at a time: Conn::writing); neither holds mu_ while blocked on
+  // the socket; an I/O error fails the rail, never the group. Each pass: finish a caller's handoff, or
+  // gather under mu_ what is due (writer_gather_locked) and write it with mu_ released (writer_write); a
+  // failed write fails the rail.
   void writer_loop(Conn& c);
   struct WriterBatch;  // transport_internal.h
   // Finishes the chunk a caller began writing inline (writing stays set until then); unlocks lk
@@ -340,24 +354,29 @@ class TransportImpl {
   // dropped); an empty Chunk (msg null) when there is none.
   static Chunk pop_live_chunk_locked(Peer& p);
 
+  // ---- State, by owner and lock rule ----
+
+  // Fixed at construction (transport.cc), read-only after: any thread.
   int rank_, world_;
   std::vector<std::string> rail_ips_;
   std::string netns_;
   uint8_t key_[16];
   uint64_t group_hash_;
   TransportOptions opt_;
-
-  std::vector<int> listen_fds_;
+  std::vector<int> listen_fds_;  // closed at close(), after the accept threads are joined
   std::vector<int> ports_;
+  // Set by connect_all before any thread starts, read-only after.
   std::vector<std::vector<std::pair<std::string, int>>> peer_addrs_;
 
+  // The lock, its condition variables, and what it guards: under mu_ (the records in peers_ too,
+  // but for the fields transport_internal.h marks atomic or thread-owned).
   mutable std::mutex mu_;
   std::condition_variable done_cv_;  // waiters of ops
   std::condition_variable state_cv_;  // wait_state_change: interrupt_state_wait() and close()
-  // Under mu_. Counts interrupt_state_wait() calls: every wait under way when one comes returns
-  // (a flag cleared by the first to see it kept a second waiter waiting to its timeout).
+  // Counts interrupt_state_wait() calls: every wait under way when one comes returns (a flag
+  // cleared by the first to see it kept a second waiter waiting to its timeout).
   uint64_t state_wait_interrupts_ = 0;
-  std::vector<StateWatch*> state_watches_;  // under mu_: the waits under way
+  std::vector<StateWatch*> state_watches_;  // the waits under way (operator_actions.cc)
   std::condition_variable dial_cv_;  // the connector: a rail it dials went down or was restored, or close()
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<bool> rail_drained_;  // operator drain of this rank's rail
@@ -369,33 +388,36 @@ class TransportImpl {
   CallDesc call_desc_;     // the current call
   std::array<std::pair<uint64_t, CallDesc>, 64> call_history_{};  // recent collectives by number
   uint64_t cur_seq_ = 0;   // call_seq_ for a collective, kP2PSeq for send/recv
-  std::vector<std::shared_ptr<OutMsg>> hedges_due_;  // posted, hedge copy not yet sent (see above)
-  std::atomic<size_t> hedges_due_count_{0};  // its size, for a lock-free look
+  std::vector<std::shared_ptr<OutMsg>> hedges_due_;  // posted, hedge copy not yet sent (posting.cc)
+  bool connect_started_ = false;
+  std::vector<std::thread> threads_;  // started by connect_all, joined by close()
+
+  // Atomic, any thread.
+  std::atomic<size_t> hedges_due_count_{0};  // hedges_due_'s size, for a lock-free look
   std::atomic<bool> stopping_{false};
   // Set with error_: from then on no thread touches a caller's buffer (callers free them
   // once wait() throws), so late bytes on a rail that comes back go aside.
   std::atomic<bool> aborted_{false};
-  bool connect_started_ = false;
-  std::vector<std::thread> threads_;
-  // Receive sets. epfd_ holds every stream's socket (one-shot). The receive thread sleeps on
-  // rx_ep_ = {epfd_, wake_fd_}; a driving caller on caller_ep_ = {epfd_, caller_bell_}, and
-  // takes epfd_ out of rx_ep_ while it drives (and for a quiet spell after), so data wakes the
-  // caller and only the caller.
+  std::atomic<int> handshakes_active_{0};
+
+  // rx_loop.cc: receive sets. Descriptors fixed at construction. epfd_ holds every stream's
+  // socket (one-shot). The receive thread sleeps on rx_ep_ = {epfd_, wake_fd_}; a driving caller
+  // on caller_ep_ = {epfd_, caller_bell_}, and takes epfd_ out of rx_ep_ while it drives (and for
+  // a quiet spell after), so data wakes the caller and only the caller.
   int epfd_ = -1;
   int rx_ep_ = -1;
   int caller_ep_ = -1;
   int wake_fd_ = -1;      // eventfd: written at close() so the receive and accept threads return at once
   int caller_bell_ = -1;  // eventfd: rung when another thread completed or failed something
+  // Under mu_.
   bool caller_driving_ = false;
-  bool rx_acks_owed_ = false;  // some Peer::ack_via is set (only the driving caller touches either)
-  bool rx_admitted_ = true;         // epfd_ is in rx_ep_
+  bool rx_admitted_ = true;  // epfd_ is in rx_ep_
   int64_t last_drive_end_ns_ = 0;
   std::vector<std::unique_ptr<RxStream>> rx_streams_;  // one per socket not yet retired
-  std::unique_ptr<char[]> scratch_;  // see scratch()
-  size_t scratch_bytes_ = 0;
-  std::atomic<int> handshakes_active_{0};
-  // Share of recent spins that ended in data (an average over ~8); spinning stops below
-  // kSpinKeepRate. Starts at 1: spin until shown useless.
+  // The driving caller only.
+  bool rx_acks_owed_ = false;  // some Peer::ack_via is set
+  // rx_loop.cc: adaptive spinning, atomic, any thread. Share of recent spins that ended in data
+  // (an average over ~8); spinning stops below kSpinKeepRate. Starts at 1: spin until shown useless.
   static constexpr float kSpinKeepRate = 0.5f;
   static constexpr unsigned kSpinProbeEvery = 16;
   std::atomic<float> spin_hit_rate_{1.0f};
@@ -405,16 +427,23 @@ class TransportImpl {
   // that got them): a fixed 50 us hedge delay sent nearly every 4 KiB message twice on a
   // loaded VM where replies took 50-80 us, and the copies' own CPU made replies later still.
   std::atomic<int64_t> spin_reply_ns_{0};
-  // Host CPU pressure (host_load.cc): sampled by the watchdog, read lock free by waiters.
+
+  // transport.cc: scratch(), the one caller running a collective (the communicator serializes them).
+  std::unique_ptr<char[]> scratch_;
+  size_t scratch_bytes_ = 0;
+
+  // host_load.cc: host CPU pressure, sampled by the watchdog pass, read lock free by waiters.
   std::atomic<bool> spin_host_ok_{false};
   std::atomic<float> cpu_pressure_{0};
   int64_t psi_total_us_ = -1, psi_sampled_ns_ = 0;  // under mu_ (a watchdog pass)
-  // Watchdog passes (detector.cc). The thread sleeps on watchdog_timer_fd_; a spinning caller
-  // that runs a pass pushes the timer back, so while callers spin the thread stays asleep.
-  int64_t watchdog_tick_ns_ = 4000000;
+
+  // detector.cc: watchdog passes. The thread sleeps on watchdog_timer_fd_ (fixed at
+  // construction); a spinning caller that runs a pass pushes the timer back, so while callers
+  // spin the thread stays asleep.
+  int64_t watchdog_tick_ns_ = 4000000;  // set at construction
   int watchdog_timer_fd_ = -1;
   std::atomic<int64_t> last_pass_ns_{0};
-  int64_t stall_end_ns_ = 0;  // under mu_: when this process was last seen held up
+  int64_t stall_end_ns_ = 0;  // under mu_: when this process was last seen held up (QuietJudge::held_up)
 };
 
 }  // namespace r2cc
