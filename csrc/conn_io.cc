@@ -89,7 +89,7 @@ IoResult TransportImpl::write_chunk(Conn& c, int fd, const std::vector<FrameHead
     nb -= skip - na;
     na = 0;
   }
-  IoResult r = writev_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
+  IoResult r = io_->write_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
   if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
   return r;
 }
@@ -120,7 +120,7 @@ size_t TransportImpl::send_room_locked(const Conn& c, size_t want) const {
   // kernel need not be asked: it cost two system calls per chunk and per ack sent.
   const size_t booked = c.inflight_bytes + kUnbookedBytes;
   if (c.sndbuf > 0 && size_t(c.sndbuf) >= booked + want) return size_t(c.sndbuf) - booked;
-  return size_t(std::max(0, send_space(c.fd, c.sndbuf)));
+  return size_t(std::max(0, io_->send_space(c.fd, c.sndbuf)));
 }
 
 int TransportImpl::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now) {
@@ -132,7 +132,7 @@ int TransportImpl::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& l
   if (lead.magic == kFrameMagic) frames.push_back(lead);
   const size_t acks = take_acks_locked(c, p, frames, now, (room - kSlack) / sizeof(FrameHeader));
   if (frames.empty()) return 1;
-  const IoResult r = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
+  const IoResult r = io_->send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
   if (r.ok()) {
     c.last_tx_ns = now;
     c.note_tx(now, int64_t(opt_.rail_timeout_ms) * 1000000 / 2);
@@ -148,7 +148,7 @@ int TransportImpl::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& l
   // Bytes from the peer still wait unread: its reader goes first. A peer that said goodbye and
   // closed resets the connection when our heartbeat or probe meets its closed socket, and the
   // goodbye in our receive queue must be read as such, not lost under a send failure.
-  if (bytes_readable(c.fd) > 0) return 0;
+  if (io_->bytes_readable(c.fd) > 0) return 0;
   // The message names no reason (as before); the cause still tells the detector what happened:
   // a heartbeat to a peer whose process died is often the first write to meet the reset.
   fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, ""));
@@ -323,12 +323,12 @@ IoResult TransportImpl::writer_write(Conn& c, int fd, const WriterBatch& b, cons
   auto stale_or_done = [&] { return stale() || (b.chunk.msg && b.chunk.msg->done.load()); };
   IoResult r;
   if (!b.frames.empty())
-    r = write_full(fd, b.frames.data(), b.frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
-                   sent_progress(c));
+    r = io_->write_full(fd, b.frames.data(), b.frames.size() * sizeof(FrameHeader), nullptr, 0, kPollMs,
+                        stale_or_done, sent_progress(c));
   if (r.ok() && !b.abort_reason.empty()) {
     FrameHeader ah = control_frame(FrameType::kAbort, 0, uint64_t(b.abort_kind),
                                    uint32_t(std::min<size_t>(b.abort_reason.size(), kMaxAbortReason)));
-    r = writev_full(fd, &ah, sizeof(ah), b.abort_reason.data(), ah.len, kPollMs, stale_or_done);
+    r = io_->write_full(fd, &ah, sizeof(ah), b.abort_reason.data(), ah.len, kPollMs, stale_or_done);
   }
   if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
   if (r.ok() && b.chunk.msg) r = write_chunk(c, fd, b.tail, b.chunk, stale);

@@ -141,11 +141,11 @@ void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_
     least_silence = std::min(least_silence, now - c.last_rx_ns.load());
     const int64_t silent = QuietJudge::silent_ns(now, c.last_rx_ns.load(), stall_end_ns);
     // Bytes already queued in the kernel: the peer spoke, our reader is just slow to run.
-    bool hears = silent < c.quiet.floor_ns() || bytes_readable(c.fd) > 0;
+    bool hears = silent < c.quiet.floor_ns() || io_->bytes_readable(c.fd) > 0;
     PathInfo pi;
     int64_t quiet_ns = c.quiet.floor_ns();
     if (!hears) {  // TCP_INFO only for a rail already quiet for the floor
-      pi = path_info(c.fd);
+      pi = io_->path_info(c.fd);
       quiet_ns = c.quiet.suspect_after_ns(pi);
       hears = silent < quiet_ns;
     }

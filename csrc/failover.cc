@@ -90,7 +90,7 @@ void TransportImpl::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, con
   if (c.epoch.load() != epoch || !is_connected(c.state)) return;
   // Shut the socket down before re-queueing: after this no byte of a re-queued
   // chunk can still leave through the dead connection.
-  ::shutdown(c.fd, SHUT_RDWR);
+  io_->shutdown(c.fd);
   Peer& p = *peers_[c.peer];
   c.state = RailState::kDown;
   c.epoch++;  // the reader/writer of the old socket stand down
@@ -116,7 +116,7 @@ void TransportImpl::peer_closed_locked(Peer& p) {
   p.no_link_since_ns = 0;
   for (auto& c : p.conns) {
     if (!is_connected(c->state)) continue;
-    ::shutdown(c->fd, SHUT_RDWR);
+    io_->shutdown(c->fd);
     c->state = RailState::kDown;
     c->epoch++;
     drop_handoff_locked(*c);

@@ -21,8 +21,6 @@
 //
 // Contract: every function here runs under the transport lock, from a watchdog pass, and never
 // blocks (the probe's write is non-blocking and only goes with room for all of it).
-#include <sys/socket.h>
-#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -61,14 +59,14 @@ void TransportImpl::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t
                                            c.suspect_why == SuspectWhy::kSlow);
   // Nothing outstanding at the last look and nothing sent since: nothing to look at.
   if (!c.progress_outstanding && !own_suspicion && c.tx_done_ns.load() <= c.progress_sampled_ns) return;
-  const PathInfo pi = path_info(c.fd);
+  const PathInfo pi = io_->path_info(c.fd);
   if (!pi.ok) return;
   c.progress_sampled_ns = now;
   if (pi.snd_mss) c.mss = pi.snd_mss;
   ProgressJudge::Sample s;
   s.outstanding = pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
   s.bytes_acked = pi.bytes_acked;
-  s.queued = uint64_t(std::max(0, bytes_unacked(c.fd)));
+  s.queued = uint64_t(std::max(0, io_->bytes_unacked(c.fd)));
   s.window_limited = pi.snd_wnd < s.queued;
   c.progress_outstanding = s.outstanding;
   if (!c.proven && c.probe_sent_ns && !s.outstanding) {  // the probe and all before it delivered
@@ -153,16 +151,12 @@ void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
   if (!is_connected(c.state) || c.writing || !c.inflight.empty()) return;
   if (now - c.probe_sent_ns < ms_ns(opt_.rail_timeout_ms) / 2) return;
   if (p.stalled_since_ns || now - c.last_rx_ns.load() > ms_ns(opt_.rail_timeout_ms)) return;
-  if (bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested
+  if (io_->bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested
   const size_t segment = c.mss && c.mss <= kProbeMaxSegment ? size_t(c.mss) : kProbeDefaultSegment;
   const size_t pad = segment > sizeof(FrameHeader) ? segment - sizeof(FrameHeader) : 0;
   if (send_room_locked(c, sizeof(FrameHeader) + pad) < sizeof(FrameHeader) + pad) return;
   FrameHeader h = control_frame(FrameType::kProbe, 0, 0, uint32_t(pad));
-  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(kZeros), pad}};
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 2;
-  const ssize_t w = sendmsg(c.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const ssize_t w = io_->send_nonblocking(c.fd, &h, sizeof(h), kZeros, pad);
   if (w == ssize_t(sizeof(h) + pad)) {
     c.probe_sent_ns = now;
     c.last_tx_ns = now;
@@ -171,7 +165,7 @@ void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
     return;
   }
   if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // nothing written: the next pass
-  if (w < 0 && bytes_readable(c.fd) > 0) return;  // unread bytes first: a goodbye (send_frames_now_locked)
+  if (w < 0 && io_->bytes_readable(c.fd) > 0) return;  // unread bytes first: a goodbye (send_frames_now_locked)
   // A partial write leaves the stream mid-frame; an error is the rail's.
   const IoResult r = w < 0 ? IoResult::sys_error("send", errno) : IoResult::failure(IoCause::kOther, "partial probe write");
   fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, r.text()));

@@ -55,9 +55,8 @@ void TransportImpl::accept_loop(int rail) {
     // polled every 50 ms, 20 wake-ups a second per rail for nothing.
     pollfd p[2] = {{lfd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(p, 2, -1) <= 0 || !(p[0].revents & POLLIN)) continue;
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = io_->accept(lfd);
     if (fd < 0) continue;
-    tune_socket(fd);
     // A slow or hostile client must not hold up the accept loop.
     handshakes_active_++;
     std::thread([this, fd, rail] {
@@ -74,15 +73,15 @@ void TransportImpl::handshake_incoming(int fd, int rail) {
   HelloListener hl{kFrameMagic, kProtocolVersion, {}};
   random_nonce(hl.nonce);
   HelloConnector hc{};
-  bool ok = write_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() &&
-            read_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() && hc.magic == kFrameMagic &&
+  bool ok = io_->write_full(fd, &hl, sizeof(hl), nullptr, 0, 20, timed_stop).ok() &&
+            io_->read_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() && hc.magic == kFrameMagic &&
             hc.version == kProtocolVersion && hc.group_hash == group_hash_ && int(hc.rank) < world_ &&
             int(hc.rank) > rank_ && int(hc.rail) == rail &&
             hc.mac == handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
   if (!ok) {
     std::lock_guard<std::mutex> g(mu_);
     counters_.rejected_handshakes++;
-    ::close(fd);
+    io_->close(fd);
     return;
   }
   HelloReply rep{uint32_t(HelloStatus::kOk), uint32_t(rank_), handshake_mac(key_, 'L', hc.nonce, rank_, rail)};
@@ -90,8 +89,8 @@ void TransportImpl::handshake_incoming(int fd, int rail) {
     std::lock_guard<std::mutex> g(mu_);
     if (rail_held_[rail] || stopping_ || peers_[hc.rank]->closed) rep.status = uint32_t(HelloStatus::kRailHeld);
   }
-  if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).ok() || rep.status != uint32_t(HelloStatus::kOk)) {
-    ::close(fd);
+  if (!io_->write_full(fd, &rep, sizeof(rep), nullptr, 0, 20, timed_stop).ok() || rep.status != uint32_t(HelloStatus::kOk)) {
+    io_->close(fd);
     return;
   }
   install(*peers_[hc.rank]->conns[rail], fd);
@@ -150,7 +149,7 @@ bool TransportImpl::try_connect(Conn& c) {
     port = peer_addrs_[c.peer][c.rail].second;
   }
   IoResult err;
-  int fd = connect_to(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
+  int fd = io_->connect(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
   // A failed handshake is no evidence about the peer's process: its cause is kOther.
   auto note = [&](const std::string& e, IoCause cause = IoCause::kOther) {
     std::lock_guard<std::mutex> g(mu_);
@@ -169,9 +168,9 @@ bool TransportImpl::try_connect(Conn& c) {
   const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
   auto timed_stop = [&] { return stopping_.load() || now_ns() > deadline; };
   HelloListener hl{};
-  if (!read_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() || hl.magic != kFrameMagic ||
+  if (!io_->read_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() || hl.magic != kFrameMagic ||
       hl.version != kProtocolVersion) {
-    ::close(fd);
+    io_->close(fd);
     note("handshake: no valid greeting from rank " + std::to_string(c.peer));
     return false;
   }
@@ -179,15 +178,15 @@ bool TransportImpl::try_connect(Conn& c) {
   random_nonce(hc.nonce);
   hc.mac = handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
   HelloReply rep{};
-  if (!write_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() ||
-      !read_full(fd, &rep, sizeof(rep), 20, timed_stop).ok()) {
-    ::close(fd);
+  if (!io_->write_full(fd, &hc, sizeof(hc), nullptr, 0, 20, timed_stop).ok() ||
+      !io_->read_full(fd, &rep, sizeof(rep), 20, timed_stop).ok()) {
+    io_->close(fd);
     note("handshake with rank " + std::to_string(c.peer) + " failed (wrong group secret or peer restarting)");
     return false;
   }
   if (rep.status != uint32_t(HelloStatus::kOk) || int(rep.rank) != c.peer ||
       rep.mac != handshake_mac(key_, 'L', hc.nonce, uint32_t(c.peer), uint32_t(c.rail))) {
-    ::close(fd);
+    io_->close(fd);
     note(rep.status == uint32_t(HelloStatus::kRailHeld) ? "peer holds this rail out (operator failover)"
                                                          : "peer failed authentication");
     return false;
@@ -199,7 +198,7 @@ bool TransportImpl::try_connect(Conn& c) {
 void TransportImpl::install(Conn& c, int fd) {
   std::lock_guard<std::mutex> g(mu_);
   if (stopping_) {
-    ::close(fd);
+    io_->close(fd);
     return;
   }
   if (is_connected(c.state)) {
@@ -207,12 +206,12 @@ void TransportImpl::install(Conn& c, int fd) {
     fail_conn_locked(c, c.epoch.load(), IoCause::kOther, why);
   }
   if (c.fd >= 0 && c.fd_users[c.fd] == 0) {
-    ::close(c.fd);
+    io_->close(c.fd);
     c.fd_users.erase(c.fd);
   }
   const bool first = c.state == RailState::kConnecting;
   c.fd = fd;
-  c.sndbuf = send_buffer_size(fd);
+  c.sndbuf = io_->send_buffer_size(fd);
   c.epoch++;
   c.peer_drained = false;
   c.peer_holds = false;  // the peer says again at its install

@@ -38,7 +38,7 @@ void TransportImpl::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   }
   const uint64_t epoch = c.epoch.load();
   if (!judge.take_sample(now, epoch)) return;
-  const PathInfo pi = path_info(c.fd);
+  const PathInfo pi = io_->path_info(c.fd);
   if (!pi.ok) return;
   if (!c.damp.holding(now)) judge.probing = false;
   LossJudge::Window w;
@@ -50,7 +50,7 @@ void TransportImpl::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   LossJudge::BestOther best;
   for (auto& o : p.conns) {
     if (o.get() == &c || !is_connected(o->state)) continue;
-    const PathInfo opi = o->loss.windows(o->epoch.load()) ? path_info(o->fd) : PathInfo{};
+    const PathInfo opi = o->loss.windows(o->epoch.load()) ? io_->path_info(o->fd) : PathInfo{};
     const LossJudge::Counts counts{opi.total_retrans, opi.data_segs_out};
     double share;
     if (o->loss.share_for_comparison(now, opi.ok ? &counts : nullptr, &share)) best.add(share);

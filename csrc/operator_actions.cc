@@ -203,7 +203,7 @@ std::vector<ConnStats> TransportImpl::stats() const {
       s.retrans_pct = c->loss.last_pct();
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
-      s.suspect_after_s = double(c->quiet.suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
+      s.suspect_after_s = double(c->quiet.suspect_after_ns(io_->path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
       out.push_back(s);
     }
   }

@@ -218,7 +218,7 @@ size_t TransportImpl::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, i
     // second read when it comes (should the rail fail before that, failover re-sends it).
     // (Idle lab, 4-64 KiB all_reduce: copies in 4-11% of calls before, 4-7% after.)
     const Conn& first = *peers_[m->peer]->conns[size_t(m->on_rail[0])];
-    if (first.fd >= 0 && is_connected(first.state) && !first.writing && bytes_unacked(first.fd) == 0) {
+    if (first.fd >= 0 && is_connected(first.state) && !first.writing && io_->bytes_unacked(first.fd) == 0) {
       counters_.hedges_unneeded++;
       continue;
     }

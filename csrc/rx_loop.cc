@@ -312,7 +312,7 @@ IoResult TransportImpl::rx_read(RxStream& s) {
     // Large remainders go straight to their destination; small ones through the stage.
     const bool staged = need < RxStream::kStageBytes;
     const size_t ask = staged ? RxStream::kStageBytes : need;
-    const ssize_t got = recv(s.fd, staged ? s.stage.get() : part.at + s.have, ask, 0);
+    const ssize_t got = io_->read_some(s.fd, staged ? s.stage.get() : part.at + s.have, ask);
     if (got > 0) {
       budget -= std::min(budget, size_t(got));
       c.last_rx_ns.store(now_ns());

@@ -37,7 +37,7 @@ const char* rail_state_name(RailState s) {
 TransportImpl::TransportImpl(int rank, int world, std::vector<std::string> rail_ips, std::string netns, std::string secret,
                              uint64_t group_hash, TransportOptions opt)
     : rank_(rank), world_(world), rail_ips_(std::move(rail_ips)), netns_(std::move(netns)),
-      group_hash_(group_hash), opt_(opt) {
+      group_hash_(group_hash), opt_(opt), io_(&tcp_rail_provider()) {
   if (world_ < 1 || rank_ < 0 || rank_ >= world_)
     throw std::invalid_argument("r2cc: rank " + std::to_string(rank) + " is outside world size " +
                                 std::to_string(world));
@@ -95,13 +95,13 @@ TransportImpl::TransportImpl(int rank, int world, std::vector<std::string> rail_
   try {
     for (int r = 0; r < R; ++r) {
       int port = 0;
-      listen_fds_.push_back(listen_on(rail_ips_[r], opt_.port_range, &port));
+      listen_fds_.push_back(io_->listen(rail_ips_[r], opt_.port_range, &port));
       ports_.push_back(port);
     }
   } catch (...) {
     // No destructor runs after a throwing constructor: give back the ports (and descriptors)
     // taken so far, or a retry in this process finds its own leftovers in the port range.
-    for (int fd : listen_fds_) ::close(fd);
+    for (int fd : listen_fds_) io_->close(fd);
     for (int fd : {epfd_, rx_ep_, caller_ep_, wake_fd_, caller_bell_, watchdog_timer_fd_}) ::close(fd);
     throw;
   }
@@ -239,7 +239,7 @@ void TransportImpl::release_fd_locked(Conn& c, int fd) {
   // A socket is closed only when no thread can still be inside recv/send on it,
   // so its number cannot be reused under a stale reader.
   if (--c.fd_users[fd] == 0 && fd != c.fd) {
-    ::close(fd);
+    io_->close(fd);
     c.fd_users.erase(fd);
   }
 }
@@ -251,7 +251,7 @@ void TransportImpl::close() {
     if (stopping_.exchange(true)) return;
     for (auto& p : peers_) {
       for (auto& c : p->conns)
-        if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+        if (c->fd >= 0) io_->shutdown(c->fd);
       p->wake_writers();
     }
     if (error_.empty()) {
@@ -282,15 +282,15 @@ void TransportImpl::close() {
   for (auto& p : peers_)
     for (auto& c : p->conns) {
       for (auto& [fd, users] : c->fd_users)
-        if (fd != c->fd) ::close(fd);
+        if (fd != c->fd) io_->close(fd);
       c->fd_users.clear();
       if (c->fd >= 0) {
-        ::close(c->fd);
+        io_->close(c->fd);
         c->fd = -1;
       }
     }
   for (int i = 0; i < 200 && handshakes_active_.load() > 0; ++i) usleep(10000);
-  for (int fd : listen_fds_) ::close(fd);
+  for (int fd : listen_fds_) io_->close(fd);
   listen_fds_.clear();
   for (int fd : {caller_ep_, rx_ep_, epfd_, wake_fd_, caller_bell_, watchdog_timer_fd_}) ::close(fd);
 }

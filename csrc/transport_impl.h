@@ -27,6 +27,7 @@
 #include "errors.h"
 #include "net.h"
 #include "protocol.h"
+#include "rail_io.h"
 #include "stats.h"
 #include "transport.h"
 
@@ -363,6 +364,7 @@ class TransportImpl {
   uint8_t key_[16];
   uint64_t group_hash_;
   TransportOptions opt_;
+  RailProvider* const io_;  // every call on a rail's link goes through it (rail_io.h)
   std::vector<int> listen_fds_;  // closed at close(), after the accept threads are joined
   std::vector<int> ports_;
   // Set by connect_all before any thread starts, read-only after.
