@@ -22,8 +22,9 @@
 // all_down_grace_ms (RailsDown, or PeerGone when the peer's process is gone).
 //
 // This header is the transport's whole face: what callers (bindings, collectives, plans) may
-// use. The machinery is TransportImpl (transport_impl.h), its records (transport_internal.h),
-// the pure policies it consults (policy/*.h) and the rail I/O seam (rail_io.h).
+// use. Behind it: TransportImpl (transport_impl.h: private methods and state by owning file and
+// lock rule), its records (transport_internal.h), the pure policies it consults as value types
+// (dampening.h, loss_judge.h, quiet_judge.h, progress.h) and the rail I/O seam (rail_io.h).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-// Connection and peer records of the transport (private to transport*.cc).
+// Connection and peer records of the transport (private to its .cc files). Their fields are
+// under TransportImpl::mu_ unless a comment says otherwise (atomics, or owned by one thread).
 #pragma once
 
 #include <time.h>
