@@ -8,6 +8,7 @@
 
 #include "collectives.h"
 #include "net.h"
+#include "protocol.h"  // kProtocolVersion
 #include "sched/executor.h"
 #include "transport.h"
 
@@ -242,6 +243,10 @@ void bind_helpers(py::module_& m) {
 
 }  // namespace
 
+namespace r2cc {
+void bind_policy(py::module_& parent);  // policy_bindings.cc: r2cc_serve._C.policy
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "r2cc C++ core: multi-rail transport and collectives";
   m.attr("PROTOCOL_VERSION") = kProtocolVersion;  // of the wire (protocol.h); `r2cc --version` shows it
@@ -255,4 +260,5 @@ PYBIND11_MODULE(_C, m) {
   bind_collectives(transport);
   bind_plans(m, transport);
   bind_helpers(m);
+  bind_policy(m);
 }

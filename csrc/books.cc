@@ -15,12 +15,12 @@
 
 namespace r2cc {
 
-std::vector<std::string> Transport::audit_books() const {
+std::vector<std::string> TransportImpl::audit_books() const {
   std::lock_guard<std::mutex> g(mu_);
   return audit_books_locked();
 }
 
-std::vector<std::string> Transport::audit_books_locked() const {
+std::vector<std::string> TransportImpl::audit_books_locked() const {
   std::vector<std::string> bad;
   auto chunk_name = [](int peer, uint64_t seq, size_t idx) {
     return "message " + std::to_string(seq) + " chunk " + std::to_string(idx) + " to rank " + std::to_string(peer);

@@ -24,12 +24,12 @@ constexpr int64_t kAckMemoryNs = 2000000000LL;  // acks a dead rail may have swa
 constexpr int kIdleWriterWaitMs = 1000;
 }  // namespace
 
-std::function<void()> Transport::sent_progress(Conn& c) const {
+std::function<void()> TransportImpl::sent_progress(Conn& c) const {
   const int64_t pause_ns = int64_t(opt_.rail_timeout_ms) * 1000000 / 2;
   return [&c, pause_ns] { c.note_tx(now_ns(), pause_ns); };
 }
 
-FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge) {
+FrameHeader TransportImpl::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge) {
   OutMsg& m = *chunk.msg;
   const size_t len = m.chunk_len(chunk.idx);
   m.active_writers++;  // released by finish_chunk_write; the caller's buffer is in use until then
@@ -47,18 +47,18 @@ FrameHeader Transport::start_chunk_locked(Conn& c, const Chunk& chunk, int64_t n
                      uint32_t(len), uint32_t(m.chunk), m.call_seq, m.call_desc};
 }
 
-std::string Transport::stopped_chunk_reason() const {
+std::string TransportImpl::stopped_chunk_reason() const {
   // Why a writer let go of a chunk mid-write (the rail itself was fine).
   return aborted_.load() ? "stopped writing a chunk: the group was aborted"
                          : "abandoned a chunk that another rail delivered first";
 }
 
-std::string Transport::send_failed(const Conn& c, const std::string& why) {
+std::string TransportImpl::send_failed(const Conn& c, const std::string& why) {
   return "send to rank " + std::to_string(c.peer) + " on rail" + std::to_string(c.rail) + " failed" +
          (why.empty() ? "" : ": " + why);
 }
 
-Transport::Chunk Transport::pop_live_chunk_locked(Peer& p) {
+TransportImpl::Chunk TransportImpl::pop_live_chunk_locked(Peer& p) {
   while (!p.queue.empty()) {
     Chunk ch = p.queue.front();
     p.queue.pop_front();
@@ -67,7 +67,7 @@ Transport::Chunk Transport::pop_live_chunk_locked(Peer& p) {
   return Chunk{};
 }
 
-IoResult Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
+IoResult TransportImpl::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>& frames, const Chunk& chunk,
                                 const std::function<bool()>& stale, size_t* done, bool may_block) {
   // A chunk re-sent elsewhere may be delivered and its message finished while this
   // (suspect) rail is still writing it: stop reading the caller's buffer then. A
@@ -89,12 +89,12 @@ IoResult Transport::write_chunk(Conn& c, int fd, const std::vector<FrameHeader>&
     nb -= skip - na;
     na = 0;
   }
-  IoResult r = writev_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
+  IoResult r = io_->write_full(fd, a, na, b, nb, may_block ? kPollMs : 0, stop, sent_progress(c), done);
   if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
   return r;
 }
 
-size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
+size_t TransportImpl::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& frames, int64_t now,
                                    size_t max_total) {
   // A suspect rail carries no acks: they would sit in its dead buffers while the
   // sender waits for them. Nor does a held one (flapping or lossy: an ack lost there waits for a
@@ -114,16 +114,16 @@ size_t Transport::take_acks_locked(Conn& c, Peer& p, std::vector<FrameHeader>& f
   return frames.size() - before;
 }
 
-size_t Transport::send_room_locked(const Conn& c, size_t want) const {
+size_t TransportImpl::send_room_locked(const Conn& c, size_t want) const {
   // The socket holds at most what this rank wrote on it that the peer has not acknowledged
   // (inflight_bytes) plus frames and headers (kUnbookedBytes). Where that leaves `want`, the
   // kernel need not be asked: it cost two system calls per chunk and per ack sent.
   const size_t booked = c.inflight_bytes + kUnbookedBytes;
   if (c.sndbuf > 0 && size_t(c.sndbuf) >= booked + want) return size_t(c.sndbuf) - booked;
-  return size_t(std::max(0, send_space(c.fd, c.sndbuf)));
+  return size_t(std::max(0, io_->send_space(c.fd, c.sndbuf)));
 }
 
-int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now) {
+int TransportImpl::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead, int64_t now) {
   if (!is_connected(c.state) || c.writing) return 0;
   constexpr size_t kSlack = 4096;
   const size_t room = send_room_locked(c, kSlack + kMaxAcksPerWrite * sizeof(FrameHeader));
@@ -132,7 +132,7 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
   if (lead.magic == kFrameMagic) frames.push_back(lead);
   const size_t acks = take_acks_locked(c, p, frames, now, (room - kSlack) / sizeof(FrameHeader));
   if (frames.empty()) return 1;
-  const IoResult r = send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
+  const IoResult r = io_->send_small_nonblocking(c.fd, frames.data(), frames.size() * sizeof(FrameHeader));
   if (r.ok()) {
     c.last_tx_ns = now;
     c.note_tx(now, int64_t(opt_.rail_timeout_ms) * 1000000 / 2);
@@ -148,7 +148,7 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
   // Bytes from the peer still wait unread: its reader goes first. A peer that said goodbye and
   // closed resets the connection when our heartbeat or probe meets its closed socket, and the
   // goodbye in our receive queue must be read as such, not lost under a send failure.
-  if (bytes_readable(c.fd) > 0) return 0;
+  if (io_->bytes_readable(c.fd) > 0) return 0;
   // The message names no reason (as before); the cause still tells the detector what happened:
   // a heartbeat to a peer whose process died is often the first write to meet the reset.
   fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, ""));
@@ -157,7 +157,7 @@ int Transport::send_frames_now_locked(Conn& c, Peer& p, const FrameHeader& lead,
 
 // ---- writer ----------------------------------------------------------------
 
-size_t Transport::window_for_locked(const Conn& c) const {
+size_t TransportImpl::window_for_locked(const Conn& c) const {
   // A slow rail gets a window of ~10 ms of its own measured bandwidth (at least one
   // chunk): it then holds few bytes when a message ends, so it does not become the
   // straggler that every collective waits for. A chunk is ~8 ms of the slowest rail
@@ -170,7 +170,7 @@ size_t Transport::window_for_locked(const Conn& c) const {
   return std::max(grain, std::min(w, opt_.window_bytes));
 }
 
-size_t Transport::bulk_chunk_locked(const Peer& p) const {
+size_t TransportImpl::bulk_chunk_locked(const Peer& p) const {
   // Per chunk the transport pays a frame, an ack and a few thread wake-ups, so large chunks
   // cost less CPU per byte (1 MiB instead of 256 KiB: ~6% less per byte at 4 hosts). But
   // every message waits for its last chunk, and on a slow rail a large one arrives last
@@ -198,13 +198,13 @@ size_t Transport::bulk_chunk_locked(const Peer& p) const {
   return std::min(opt_.chunk_bytes, std::max(grain, fits));
 }
 
-int Transport::rails_taking_chunks_locked(const Peer& p) const {
+int TransportImpl::rails_taking_chunks_locked(const Peer& p) const {
   int n = 0;
   for (auto& c : p.conns) n += conn_takes_chunks_locked(*c, p);
   return n > 0 ? n : num_rails();  // none now (all down): cut as if every rail comes back
 }
 
-bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
+bool TransportImpl::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
   // Preference: an undrained primary rail; else a drained primary rail (the
   // operator drained them all, traffic must still flow); else a fallback rail.
   const int primaries = num_rails() - opt_.fallback_rails;
@@ -221,7 +221,7 @@ bool Transport::conn_takes_chunks_locked(const Conn& c, const Peer& p) const {
   return true;
 }
 
-void Transport::serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session) {
+void TransportImpl::serve_connection(Conn& c, const std::function<void(std::unique_lock<std::mutex>&, uint64_t, int)>& session) {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     if (!is_connected(c.state)) {
@@ -236,7 +236,7 @@ void Transport::serve_connection(Conn& c, const std::function<void(std::unique_l
   }
 }
 
-void Transport::writer_loop(Conn& c) {
+void TransportImpl::writer_loop(Conn& c) {
   Peer& p = *peers_[c.peer];
   WriterBatch b;  // kept across passes: its frame vector keeps its capacity
   serve_connection(c, [&](std::unique_lock<std::mutex>& lk, uint64_t epoch, int fd) {
@@ -277,7 +277,7 @@ void Transport::writer_loop(Conn& c) {
   });
 }
 
-bool Transport::writer_finish_handoff(Conn& c, uint64_t epoch, int fd, std::unique_lock<std::mutex>& lk,
+bool TransportImpl::writer_finish_handoff(Conn& c, uint64_t epoch, int fd, std::unique_lock<std::mutex>& lk,
                                       const std::function<bool()>& stale) {
   std::unique_ptr<Conn::Handoff> h = std::move(c.handoff);
   lk.unlock();
@@ -291,7 +291,7 @@ bool Transport::writer_finish_handoff(Conn& c, uint64_t epoch, int fd, std::uniq
   return false;
 }
 
-bool Transport::writer_gather_locked(Conn& c, Peer& p, WriterBatch& b, int64_t now) {
+bool TransportImpl::writer_gather_locked(Conn& c, Peer& p, WriterBatch& b, int64_t now) {
   b.frames.clear();
   b.tail.clear();
   b.abort_reason.swap(c.ctrl_abort);
@@ -316,19 +316,19 @@ bool Transport::writer_gather_locked(Conn& c, Peer& p, WriterBatch& b, int64_t n
   return true;
 }
 
-IoResult Transport::writer_write(Conn& c, int fd, const WriterBatch& b, const std::function<bool()>& stale) {
+IoResult TransportImpl::writer_write(Conn& c, int fd, const WriterBatch& b, const std::function<bool()>& stale) {
   if (b.chunk.msg && b.abort_reason.empty()) return write_chunk(c, fd, b.frames, b.chunk, stale);
   // With a chunk attached the caller's buffer is pinned (active_writers) from here
   // on: give up as soon as its message is done elsewhere, even before the chunk.
   auto stale_or_done = [&] { return stale() || (b.chunk.msg && b.chunk.msg->done.load()); };
   IoResult r;
   if (!b.frames.empty())
-    r = write_full(fd, b.frames.data(), b.frames.size() * sizeof(FrameHeader), kPollMs, stale_or_done,
-                   sent_progress(c));
+    r = io_->write_full(fd, b.frames.data(), b.frames.size() * sizeof(FrameHeader), nullptr, 0, kPollMs,
+                        stale_or_done, sent_progress(c));
   if (r.ok() && !b.abort_reason.empty()) {
     FrameHeader ah = control_frame(FrameType::kAbort, 0, uint64_t(b.abort_kind),
                                    uint32_t(std::min<size_t>(b.abort_reason.size(), kMaxAbortReason)));
-    r = writev_full(fd, &ah, sizeof(ah), b.abort_reason.data(), ah.len, kPollMs, stale_or_done);
+    r = io_->write_full(fd, &ah, sizeof(ah), b.abort_reason.data(), ah.len, kPollMs, stale_or_done);
   }
   if (r.status == IoStatus::kStopped && !stale()) r = IoResult::failure(IoCause::kOther, stopped_chunk_reason());
   if (r.ok() && b.chunk.msg) r = write_chunk(c, fd, b.tail, b.chunk, stale);

@@ -31,7 +31,7 @@ bool host_up_process_gone(IoCause cause) {
 }
 }  // namespace
 
-void Transport::watchdog_loop() {
+void TransportImpl::watchdog_loop() {
   // With every core busy (e.g. several ranks per host), an ordinary thread can wait
   // hundreds of ms for a CPU; heartbeats must not, or peers see a silent rail.
   if (opt_.watchdog_realtime) raise_thread_priority();
@@ -57,7 +57,7 @@ void Transport::watchdog_loop() {
   }
 }
 
-void Transport::arm_watchdog_timer(int64_t at_ns) {
+void TransportImpl::arm_watchdog_timer(int64_t at_ns) {
   itimerspec its{};
   at_ns = std::max<int64_t>(at_ns, 1);  // zero would disarm it
   its.it_value.tv_sec = at_ns / 1000000000;
@@ -65,13 +65,13 @@ void Transport::arm_watchdog_timer(int64_t at_ns) {
   timerfd_settime(watchdog_timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
-bool Transport::watchdog_pass_due(int64_t now) const {
+bool TransportImpl::watchdog_pass_due(int64_t now) const {
   // An eighth of a tick early: the watchdog's timer, set by its own last pass, fires right when
   // the pass is due, and a spinning caller must have a moment to get there first.
   return now - last_pass_ns_.load(std::memory_order_relaxed) >= watchdog_tick_ns_ - watchdog_tick_ns_ / 8;
 }
 
-void Transport::run_due_pass_on_caller(int64_t now) {
+void TransportImpl::run_due_pass_on_caller(int64_t now) {
   // The caller is on its core anyway: it runs the pass and pushes the watchdog's timer two
   // ticks past it, so that while calls keep coming the watchdog does not wake at all (a caller
   // spinning, or ending a call, at some time in the tick after the next pass is due gets there
@@ -86,11 +86,11 @@ void Transport::run_due_pass_on_caller(int64_t now) {
   arm_watchdog_timer(now + 2 * watchdog_tick_ns_);
 }
 
-void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t now) {
+void TransportImpl::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t now) {
   const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
   // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
   // neither the peers' silence nor their kernels' silence across the stall is evidence.
-  if (now - last_pass_ns_.load() > timeout_ns / 2) stall_end_ns_ = now;
+  if (QuietJudge::held_up(now, last_pass_ns_.load(), timeout_ns)) stall_end_ns_ = now;
   last_pass_ns_.store(now);
   sample_cpu_pressure(now);
   rx_readmit_locked(now);
@@ -120,32 +120,8 @@ void Transport::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64_t n
   counters_.watchdog_pass_max_us = std::max(counters_.watchdog_pass_max_us, held_us);
 }
 
-int64_t Transport::suspect_after_ns(const PathInfo& pi) const {
-  // Twice the kernel's own retransmission estimate (srtt + 4 rttvar, without its 200 ms
-  // floor): at 4 hosts x 250mbit the rails' queues made round trips of 10-20 ms vary by up
-  // to 11 ms, and a 60 ms gap of ACKs and bytes on a healthy rail then and again failed
-  // it over for nothing. A dead path keeps the estimate it had, so detection stays bounded;
-  // never past peer_silence_ms, when a rail that stays quiet is failed for good.
-  const int64_t floor_ns = ms_ns(opt_.rail_timeout_ms);
-  if (!pi.ok) return floor_ns;
-  const int64_t rto_ns = (int64_t(pi.rtt_us) + 4 * int64_t(pi.rttvar_us)) * 1000;
-  return std::max(floor_ns, std::min(2 * rto_ns, ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms))));
-}
-
-bool Transport::path_dead_locked(const Conn& c, const PathInfo& pi, int64_t now, int64_t stall_end_ns,
-                                 int64_t quiet_ns) const {
-  // Judge only after sending without pause for the whole quiet time: after a pause of ours
-  // the first bytes may wait for the peer's delayed ACK, which is not the path's fault.
-  if (now - std::max(c.tx_resume_ns.load(), stall_end_ns) <= quiet_ns) return false;
-  if (!pi.ok || int64_t(pi.last_ack_recv_ms) * 1000000 <= quiet_ns) return false;
-  // Sent and unacknowledged, or stuck unsent with the peer's window open (no route: our
-  // own link is down). A zero window is a peer process that stopped reading: not the path.
-  return pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
-}
-
-void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns) {
+void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_ns) {
   const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
-  const int64_t fail_ns = ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms));
   bool any_connected = false, all_silent = true, any_dead = false;
   int64_t least_silence = INT64_MAX;  // raw: since the peer last spoke on any connected rail
   int64_t freshest_rx = 0;            // when it last did (a rail quiet meanwhile is mute: gray.cc)
@@ -157,36 +133,32 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
   for (auto& cp : p.conns) {
     Conn& c = *cp;
     if (!is_connected(c.state)) {
-      c.path_dead = false;
+      c.quiet.reset();
       continue;
     }
     any_connected = true;
     p.last_heard_ns = std::max(p.last_heard_ns, c.last_rx_ns.load());
     least_silence = std::min(least_silence, now - c.last_rx_ns.load());
-    const int64_t silent = now - std::max(c.last_rx_ns.load(), stall_end_ns);
+    const int64_t silent = QuietJudge::silent_ns(now, c.last_rx_ns.load(), stall_end_ns);
     // Bytes already queued in the kernel: the peer spoke, our reader is just slow to run.
-    bool hears = silent < timeout_ns || bytes_readable(c.fd) > 0;
+    bool hears = silent < c.quiet.floor_ns() || io_->bytes_readable(c.fd) > 0;
     PathInfo pi;
-    int64_t quiet_ns = timeout_ns;
+    int64_t quiet_ns = c.quiet.floor_ns();
     if (!hears) {  // TCP_INFO only for a rail already quiet for the floor
-      pi = path_info(c.fd);
-      quiet_ns = suspect_after_ns(pi);
+      pi = io_->path_info(c.fd);
+      quiet_ns = c.quiet.suspect_after_ns(pi);
       hears = silent < quiet_ns;
     }
     if (hears) {
       all_silent = false;
-      c.path_dead = false;
+      c.quiet.heard();
     } else {
-      // Once dead, a path stays dead until there is evidence of life (the peer speaks, or
-      // its kernel acknowledges again): a pause in our own sending only withholds evidence,
-      // and must not put a dead rail back in service (it did, and the rail flapped).
-      if (!c.path_dead) c.path_dead = path_dead_locked(c, pi, now, stall_end_ns, quiet_ns);
-      else if (pi.ok && int64_t(pi.last_ack_recv_ms) * 1000000 < quiet_ns) c.path_dead = false;
+      c.quiet.judge_quiet(pi, now, c.tx_resume_ns.load(), stall_end_ns, quiet_ns);
     }
     // Heard or not: our own bytes may be stuck or crawling (gray.cc).
     judge_progress_locked(p, c, now, stall_end_ns, hears);
     if (!is_connected(c.state)) continue;  // it failed for good just now
-    if (c.path_dead) {
+    if (c.quiet.path_dead()) {
       any_dead = true;
       const std::string why = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank) +
                               ": no bytes for " + std::to_string(silent / 1000000) +
@@ -194,7 +166,7 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
                               std::to_string(pi.last_ack_recv_ms) + " ms (link down or blackholed)";
       // Suspect at once (its chunks move to the other rails, cheap and reversible); fail
       // the connection for good only when the path stays dead.
-      if (silent > fail_ns) fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout, why);
+      if (silent > c.quiet.fail_after_ns()) fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout, why);
       else suspect_conn_locked(c, IoCause::kTimeout, why);
     } else if (c.suspect && (c.suspect_why == SuspectWhy::kSilent || c.suspect_why == SuspectWhy::kMute) &&
                c.last_rx_ns.load() > c.suspect_since_ns) {
@@ -212,7 +184,7 @@ void Transport::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_end_
   else if (!p.no_path_since_ns) p.no_path_since_ns = now;
 }
 
-void Transport::track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence) {
+void TransportImpl::track_stall_locked(Peer& p, int64_t now, bool silent_alive, int64_t least_silence) {
   // Every rail quiet while the paths are fine: the peer's process is not running (stopped,
   // swapping, throttled). Reported after peer_silence_ms so a busy moment is not a stall.
   const int64_t stall_ns = ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms));
@@ -227,7 +199,7 @@ void Transport::track_stall_locked(Peer& p, int64_t now, bool silent_alive, int6
   }
 }
 
-void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
+void TransportImpl::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   // Heartbeats come from this one thread for every rail: the peer hears us while our
   // writers are busy or starved, and our kernel always has fresh bytes for the peer's
   // kernel to acknowledge (the path evidence above). Acks owed to the peer ride along
@@ -247,7 +219,7 @@ void Transport::send_heartbeat_locked(Conn& c, Peer& p, int64_t now) {
   send_frames_now_locked(c, p, control_frame(FrameType::kHeartbeat, 0, uint64_t(now)), now);
 }
 
-void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
+void TransportImpl::update_bandwidth_locked(Conn& c, int64_t now) {
   // Acked bytes per busy second, sampled every >= 20 ms of busy time, smoothed. Only
   // bandwidth-bound traffic counts: when the busy periods of a sample carried under half a
   // small chunk each on average, or its chunks were under half of one on average (decode-sized
@@ -278,7 +250,7 @@ void Transport::update_bandwidth_locked(Conn& c, int64_t now) {
 
 // ---- verdicts of a waiting collective -------------------------------------------------
 
-std::string Transport::no_path_error_locked(const Peer& p, ErrorKind* kind) const {
+std::string TransportImpl::no_path_error_locked(const Peer& p, ErrorKind* kind) const {
   // A host that refuses, resets or closes every connection is up; its r2cc process is not.
   bool all_refused = true;
   std::string detail;
@@ -302,7 +274,7 @@ std::string Transport::no_path_error_locked(const Peer& p, ErrorKind* kind) cons
          "named below (`r2cc lab status` in the lab), then restart the group." + where;
 }
 
-void Transport::check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns) {
+void TransportImpl::check_wait_locked(int peer, bool sending, int64_t wait_start_ns, int64_t deadline_ns) {
   const Peer& p = *peers_[peer];
   const int64_t now = now_ns();
   // No path and a collective waiting on it: give the rails the grace period to come back

@@ -14,19 +14,19 @@
 
 namespace r2cc {
 
-bool Transport::peer_has_link_locked(const Peer& p) const {
+bool TransportImpl::peer_has_link_locked(const Peer& p) const {
   for (auto& c : p.conns)
     if (is_connected(c->state)) return true;
   return false;
 }
 
-bool Transport::peer_has_path_locked(const Peer& p) const {
+bool TransportImpl::peer_has_path_locked(const Peer& p) const {
   for (auto& c : p.conns)
     if (is_connected(c->state) && !c->suspect) return true;
   return false;
 }
 
-void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now,
+void TransportImpl::requeue_inflight_locked(Conn& c, IoCause cause, const std::string& reason, int64_t now,
                                         bool count_failure) {
   Peer& p = *peers_[c.peer];
   c.st.failovers++;
@@ -68,14 +68,14 @@ void Transport::requeue_inflight_locked(Conn& c, IoCause cause, const std::strin
   notify_done_locked();
 }
 
-void Transport::drop_handoff_locked(Conn& c) {
+void TransportImpl::drop_handoff_locked(Conn& c) {
   if (!c.handoff) return;
   finish_chunk_write_locked(c.handoff->chunk);  // its chunk was re-queued with the rest
   c.handoff.reset();
   c.writing = false;  // nobody was writing: the writer had not taken it yet
 }
 
-void Transport::suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason, SuspectWhy why) {
+void TransportImpl::suspect_conn_locked(Conn& c, IoCause cause, const std::string& reason, SuspectWhy why) {
   if (c.suspect || !is_connected(c.state)) return;
   const int64_t now = now_ns();
   c.suspect = true;
@@ -86,11 +86,11 @@ void Transport::suspect_conn_locked(Conn& c, IoCause cause, const std::string& r
   requeue_inflight_locked(c, cause, reason, now, c.suspect_counted);
 }
 
-void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason) {
+void TransportImpl::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const std::string& reason) {
   if (c.epoch.load() != epoch || !is_connected(c.state)) return;
   // Shut the socket down before re-queueing: after this no byte of a re-queued
   // chunk can still leave through the dead connection.
-  ::shutdown(c.fd, SHUT_RDWR);
+  io_->shutdown(c.fd);
   Peer& p = *peers_[c.peer];
   c.state = RailState::kDown;
   c.epoch++;  // the reader/writer of the old socket stand down
@@ -111,12 +111,12 @@ void Transport::fail_conn_locked(Conn& c, uint64_t epoch, IoCause cause, const s
   notify_done_locked();
 }
 
-void Transport::peer_closed_locked(Peer& p) {
+void TransportImpl::peer_closed_locked(Peer& p) {
   p.closed = true;
   p.no_link_since_ns = 0;
   for (auto& c : p.conns) {
     if (!is_connected(c->state)) continue;
-    ::shutdown(c->fd, SHUT_RDWR);
+    io_->shutdown(c->fd);
     c->state = RailState::kDown;
     c->epoch++;
     drop_handoff_locked(*c);

@@ -21,8 +21,6 @@
 //
 // Contract: every function here runs under the transport lock, from a watchdog pass, and never
 // blocks (the probe's write is non-blocking and only goes with room for all of it).
-#include <sys/socket.h>
-#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -43,14 +41,14 @@ constexpr size_t kProbeDefaultSegment = 1500 - 40;  // also until the socket's o
 const char kZeros[kProbeMaxSegment] = {};
 }  // namespace
 
-double Transport::usual_rate_locked(const Peer& p) const {
+double TransportImpl::usual_rate_locked(const Peer& p) const {
   double best = 0;
   for (auto& o : p.conns)
     if (is_connected(o->state)) best = std::max(best, o->st.bandwidth_Bps);
   return best;
 }
 
-void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears) {
+void TransportImpl::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t stall_end_ns, bool hears) {
   const uint64_t epoch = c.epoch.load();
   if (c.progress_epoch != epoch) {  // a new socket: its counts start at zero
     c.progress.reset();
@@ -61,21 +59,21 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
                                            c.suspect_why == SuspectWhy::kSlow);
   // Nothing outstanding at the last look and nothing sent since: nothing to look at.
   if (!c.progress_outstanding && !own_suspicion && c.tx_done_ns.load() <= c.progress_sampled_ns) return;
-  const PathInfo pi = path_info(c.fd);
+  const PathInfo pi = io_->path_info(c.fd);
   if (!pi.ok) return;
   c.progress_sampled_ns = now;
   if (pi.snd_mss) c.mss = pi.snd_mss;
   ProgressJudge::Sample s;
   s.outstanding = pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
   s.bytes_acked = pi.bytes_acked;
-  s.queued = uint64_t(std::max(0, bytes_unacked(c.fd)));
+  s.queued = uint64_t(std::max(0, io_->bytes_unacked(c.fd)));
   s.window_limited = pi.snd_wnd < s.queued;
   c.progress_outstanding = s.outstanding;
   if (!c.proven && c.probe_sent_ns && !s.outstanding) {  // the probe and all before it delivered
     c.proven = true;
     p.wake_writers();
   }
-  const int64_t quiet_ns = suspect_after_ns(pi);
+  const int64_t quiet_ns = c.quiet.suspect_after_ns(pi);
   const ProgressJudge::Verdict v =
       c.progress.look(now, s, quiet_ns, stall_end_ns, usual_rate_locked(p));
   const int64_t stuck_ns = c.progress.stuck_for_ns(now);
@@ -86,7 +84,7 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
       c.suspect = false;
       p.wake_writers();
     } else if (c.suspect_why == SuspectWhy::kStuck &&
-               stuck_ns > ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms))) {
+               stuck_ns > c.quiet.fail_after_ns()) {
       fail_conn_locked(c, epoch, IoCause::kTimeout,
                        where() + ": none of our bytes acknowledged for " + std::to_string(stuck_ns / 1000000) +
                            " ms while the peer kept speaking on it (a gray failure: small frames pass, data "
@@ -120,11 +118,11 @@ void Transport::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t sta
   counters_.gray_suspects++;
 }
 
-void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns,
+void TransportImpl::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_ns, int64_t quiet_ns,
                                   int64_t freshest_rx_ns) {
   const std::string where = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank);
   if (c.suspect) {
-    if (c.suspect_why == SuspectWhy::kMute && silent_ns > ms_ns(std::max(opt_.peer_silence_ms, opt_.rail_timeout_ms)))
+    if (c.suspect_why == SuspectWhy::kMute && silent_ns > c.quiet.fail_after_ns())
       fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout,
                        where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                            " ms while its other rails delivered (a gray failure: its data is stuck on this path)");
@@ -132,12 +130,11 @@ void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_
   }
   // The peer's process runs (another of its rails spoke within half the rail timeout) and sends
   // heartbeats on every rail in one pass; this one has been silent for its whole quiet time.
-  if (now - freshest_rx_ns >= ms_ns(opt_.rail_timeout_ms) / 2) return;
   // Not while the peer catches up after a pause of its process (SIGSTOP, starvation): its rails
   // come back as its threads get a CPU, in any order, and a writer descheduled mid-frame keeps its
   // rail quiet (no heartbeat can go between a frame's bytes). Seen: a rail quiet across the whole
   // pause set aside a pass after another spoke, and one quiet 77 ms just after the pause.
-  if (now - p.spoke_again_ns < std::max(quiet_ns, ms_ns(opt_.peer_silence_ms))) return;
+  if (!c.quiet.mute(now, quiet_ns, freshest_rx_ns, p.spoke_again_ns)) return;
   suspect_conn_locked(c, IoCause::kTimeout,
                       where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                           " ms while its other rails delivered (its data is stuck on this path)",
@@ -147,23 +144,19 @@ void Transport::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t silent_
   counters_.gray_suspects++;
 }
 
-void Transport::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
+void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
   // Only where nothing else tests the path (data in flight is full-size segments already), and
   // only to a peer that is reading: a probe is bytes too, and a stopped process's kernel stops
   // acknowledging once its buffers are full, which would read as a dead path.
   if (!is_connected(c.state) || c.writing || !c.inflight.empty()) return;
   if (now - c.probe_sent_ns < ms_ns(opt_.rail_timeout_ms) / 2) return;
   if (p.stalled_since_ns || now - c.last_rx_ns.load() > ms_ns(opt_.rail_timeout_ms)) return;
-  if (bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested
+  if (io_->bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested
   const size_t segment = c.mss && c.mss <= kProbeMaxSegment ? size_t(c.mss) : kProbeDefaultSegment;
   const size_t pad = segment > sizeof(FrameHeader) ? segment - sizeof(FrameHeader) : 0;
   if (send_room_locked(c, sizeof(FrameHeader) + pad) < sizeof(FrameHeader) + pad) return;
   FrameHeader h = control_frame(FrameType::kProbe, 0, 0, uint32_t(pad));
-  iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(kZeros), pad}};
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 2;
-  const ssize_t w = sendmsg(c.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const ssize_t w = io_->send_nonblocking(c.fd, &h, sizeof(h), kZeros, pad);
   if (w == ssize_t(sizeof(h) + pad)) {
     c.probe_sent_ns = now;
     c.last_tx_ns = now;
@@ -172,7 +165,7 @@ void Transport::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
     return;
   }
   if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // nothing written: the next pass
-  if (w < 0 && bytes_readable(c.fd) > 0) return;  // unread bytes first: a goodbye (send_frames_now_locked)
+  if (w < 0 && io_->bytes_readable(c.fd) > 0) return;  // unread bytes first: a goodbye (send_frames_now_locked)
   // A partial write leaves the stream mid-frame; an error is the rail's.
   const IoResult r = w < 0 ? IoResult::sys_error("send", errno) : IoResult::failure(IoCause::kOther, "partial probe write");
   fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, r.text()));

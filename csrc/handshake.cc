@@ -48,16 +48,15 @@ constexpr int64_t kDialerIdleNs = 1000000000;
 
 // ---- accepting side --------------------------------------------------------
 
-void Transport::accept_loop(int rail) {
+void TransportImpl::accept_loop(int rail) {
   const int lfd = listen_fds_[rail];
   while (!stopping_) {
     // Asleep until a peer dials or close() rings wake_fd_ (it stays readable once rung); it
     // polled every 50 ms, 20 wake-ups a second per rail for nothing.
     pollfd p[2] = {{lfd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(p, 2, -1) <= 0 || !(p[0].revents & POLLIN)) continue;
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = io_->accept(lfd);
     if (fd < 0) continue;
-    tune_socket(fd);
     // A slow or hostile client must not hold up the accept loop.
     handshakes_active_++;
     std::thread([this, fd, rail] {
@@ -67,22 +66,22 @@ void Transport::accept_loop(int rail) {
   }
 }
 
-void Transport::handshake_incoming(int fd, int rail) {
+void TransportImpl::handshake_incoming(int fd, int rail) {
   auto stop = [this] { return stopping_.load(); };
   const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
   auto timed_stop = [&] { return stop() || now_ns() > deadline; };
   HelloListener hl{kFrameMagic, kProtocolVersion, {}};
   random_nonce(hl.nonce);
   HelloConnector hc{};
-  bool ok = write_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() &&
-            read_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() && hc.magic == kFrameMagic &&
+  bool ok = io_->write_full(fd, &hl, sizeof(hl), nullptr, 0, 20, timed_stop).ok() &&
+            io_->read_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() && hc.magic == kFrameMagic &&
             hc.version == kProtocolVersion && hc.group_hash == group_hash_ && int(hc.rank) < world_ &&
             int(hc.rank) > rank_ && int(hc.rail) == rail &&
             hc.mac == handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
   if (!ok) {
     std::lock_guard<std::mutex> g(mu_);
     counters_.rejected_handshakes++;
-    ::close(fd);
+    io_->close(fd);
     return;
   }
   HelloReply rep{uint32_t(HelloStatus::kOk), uint32_t(rank_), handshake_mac(key_, 'L', hc.nonce, rank_, rail)};
@@ -90,8 +89,8 @@ void Transport::handshake_incoming(int fd, int rail) {
     std::lock_guard<std::mutex> g(mu_);
     if (rail_held_[rail] || stopping_ || peers_[hc.rank]->closed) rep.status = uint32_t(HelloStatus::kRailHeld);
   }
-  if (!write_full(fd, &rep, sizeof(rep), 20, timed_stop).ok() || rep.status != uint32_t(HelloStatus::kOk)) {
-    ::close(fd);
+  if (!io_->write_full(fd, &rep, sizeof(rep), nullptr, 0, 20, timed_stop).ok() || rep.status != uint32_t(HelloStatus::kOk)) {
+    io_->close(fd);
     return;
   }
   install(*peers_[hc.rank]->conns[rail], fd);
@@ -99,7 +98,7 @@ void Transport::handshake_incoming(int fd, int rail) {
 
 // ---- connecting side -------------------------------------------------------
 
-void Transport::connector_loop() {
+void TransportImpl::connector_loop() {
   try {
     enter_netns_forever(netns_);
   } catch (const std::exception& e) {
@@ -139,7 +138,7 @@ void Transport::connector_loop() {
   }
 }
 
-bool Transport::try_connect(Conn& c) {
+bool TransportImpl::try_connect(Conn& c) {
   std::string local_ip = rail_ips_[c.rail];
   std::string ip;
   int port;
@@ -150,7 +149,7 @@ bool Transport::try_connect(Conn& c) {
     port = peer_addrs_[c.peer][c.rail].second;
   }
   IoResult err;
-  int fd = connect_to(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
+  int fd = io_->connect(local_ip, ip, port, std::max(opt_.probe_interval_ms, 100), &err);
   // A failed handshake is no evidence about the peer's process: its cause is kOther.
   auto note = [&](const std::string& e, IoCause cause = IoCause::kOther) {
     std::lock_guard<std::mutex> g(mu_);
@@ -169,9 +168,9 @@ bool Transport::try_connect(Conn& c) {
   const int64_t deadline = now_ns() + int64_t(kHandshakeTimeoutMs) * 1000000;
   auto timed_stop = [&] { return stopping_.load() || now_ns() > deadline; };
   HelloListener hl{};
-  if (!read_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() || hl.magic != kFrameMagic ||
+  if (!io_->read_full(fd, &hl, sizeof(hl), 20, timed_stop).ok() || hl.magic != kFrameMagic ||
       hl.version != kProtocolVersion) {
-    ::close(fd);
+    io_->close(fd);
     note("handshake: no valid greeting from rank " + std::to_string(c.peer));
     return false;
   }
@@ -179,15 +178,15 @@ bool Transport::try_connect(Conn& c) {
   random_nonce(hc.nonce);
   hc.mac = handshake_mac(key_, 'C', hl.nonce, hc.rank, hc.rail);
   HelloReply rep{};
-  if (!write_full(fd, &hc, sizeof(hc), 20, timed_stop).ok() ||
-      !read_full(fd, &rep, sizeof(rep), 20, timed_stop).ok()) {
-    ::close(fd);
+  if (!io_->write_full(fd, &hc, sizeof(hc), nullptr, 0, 20, timed_stop).ok() ||
+      !io_->read_full(fd, &rep, sizeof(rep), 20, timed_stop).ok()) {
+    io_->close(fd);
     note("handshake with rank " + std::to_string(c.peer) + " failed (wrong group secret or peer restarting)");
     return false;
   }
   if (rep.status != uint32_t(HelloStatus::kOk) || int(rep.rank) != c.peer ||
       rep.mac != handshake_mac(key_, 'L', hc.nonce, uint32_t(c.peer), uint32_t(c.rail))) {
-    ::close(fd);
+    io_->close(fd);
     note(rep.status == uint32_t(HelloStatus::kRailHeld) ? "peer holds this rail out (operator failover)"
                                                          : "peer failed authentication");
     return false;
@@ -196,10 +195,10 @@ bool Transport::try_connect(Conn& c) {
   return true;
 }
 
-void Transport::install(Conn& c, int fd) {
+void TransportImpl::install(Conn& c, int fd) {
   std::lock_guard<std::mutex> g(mu_);
   if (stopping_) {
-    ::close(fd);
+    io_->close(fd);
     return;
   }
   if (is_connected(c.state)) {
@@ -207,28 +206,28 @@ void Transport::install(Conn& c, int fd) {
     fail_conn_locked(c, c.epoch.load(), IoCause::kOther, why);
   }
   if (c.fd >= 0 && c.fd_users[c.fd] == 0) {
-    ::close(c.fd);
+    io_->close(c.fd);
     c.fd_users.erase(c.fd);
   }
   const bool first = c.state == RailState::kConnecting;
   c.fd = fd;
-  c.sndbuf = send_buffer_size(fd);
+  c.sndbuf = io_->send_buffer_size(fd);
   c.epoch++;
   c.peer_drained = false;
-  c.damp.peer_holds = false;  // the peer says again at its install
+  c.peer_holds = false;  // the peer says again at its install
   c.state = connected_state_locked(c);
   c.ctrl.clear();
   c.last_rx_ns = now_ns();
   c.last_tx_ns = 0;
   c.tx_resume_ns = now_ns();
-  c.path_dead = false;
+  c.quiet.reset();
   c.probe_sent_ns = 0;  // a new path is probed with a full-size frame at the next pass (gray.cc)
   c.proven = first;     // a re-dialed one takes chunks once that probe is delivered
   if (!first) c.st.reconnects++;
   if (rail_drained_[c.rail]) c.ctrl.push_back(control_frame(FrameType::kDrain));
   if (c.damp.holding(now_ns())) c.ctrl.push_back(control_frame(FrameType::kHold));
-  if (c.damp.restore_pending) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));
-  c.damp.restore_pending = false;
+  if (c.restore_pending) c.ctrl.push_back(control_frame(FrameType::kRelease, 0, kReleaseRestored));
+  c.restore_pending = false;
   rx_start_locked(c, fd);
   Peer& p = *peers_[c.peer];
   p.no_link_since_ns = 0;

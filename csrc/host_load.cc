@@ -42,7 +42,7 @@ int64_t cpu_pressure_total_us() {
 }
 }  // namespace
 
-void Transport::sample_cpu_pressure(int64_t now) {
+void TransportImpl::sample_cpu_pressure(int64_t now) {
   if (opt_.spin_us <= 0) return;
   if (opt_.spin_max_cpu_pressure >= 1) {
     spin_host_ok_.store(true, std::memory_order_relaxed);

@@ -1,5 +1,5 @@
 // In-flight message records shared by the transport's threads. All fields are
-// guarded by Transport::mu_ except the payload bytes themselves.
+// guarded by TransportImpl::mu_ except the payload bytes themselves.
 #pragma once
 
 #include <atomic>

@@ -14,13 +14,13 @@
 
 namespace r2cc {
 
-void Transport::check_rail(int rail) const {
+void TransportImpl::check_rail(int rail) const {
   if (rail < 0 || rail >= num_rails())
     throw std::out_of_range("r2cc: no rail " + std::to_string(rail) + "; this group has rails 0.." +
                             std::to_string(num_rails() - 1));
 }
 
-void Transport::check_last_rail_locked(int rail, const char* action) const {
+void TransportImpl::check_last_rail_locked(int rail, const char* action) const {
   // Healthy = takes new chunks: connected, not suspect, drained by neither side, not held.
   const int primaries = num_rails() - opt_.fallback_rails;
   if (rail >= primaries) return;  // a fallback rail is never the last healthy one
@@ -38,14 +38,14 @@ void Transport::check_last_rail_locked(int rail, const char* action) const {
   }
 }
 
-std::vector<std::pair<Transport::Peer*, Transport::Conn*>> Transport::conns_on_rail_locked(int rail) const {
+std::vector<std::pair<TransportImpl::Peer*, TransportImpl::Conn*>> TransportImpl::conns_on_rail_locked(int rail) const {
   std::vector<std::pair<Peer*, Conn*>> out;
   for (auto& p : peers_)
     if (p->rank != rank_) out.emplace_back(p.get(), p->conns[size_t(rail)].get());
   return out;
 }
 
-void Transport::set_rail_drained_locked(int rail, bool drained) {
+void TransportImpl::set_rail_drained_locked(int rail, bool drained) {
   // Connected rails change state at once and tell the peer; a rail that connects later
   // learns it at install (rail_drained_).
   rail_drained_[rail] = drained;
@@ -57,20 +57,20 @@ void Transport::set_rail_drained_locked(int rail, bool drained) {
   }
 }
 
-void Transport::drain_rail(int rail, bool force) {
+void TransportImpl::drain_rail(int rail, bool force) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   if (!force) check_last_rail_locked(rail, "drain");
   set_rail_drained_locked(rail, true);
 }
 
-void Transport::undrain_rail(int rail) {
+void TransportImpl::undrain_rail(int rail) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   set_rail_drained_locked(rail, false);
 }
 
-void Transport::failover_rail(int rail, bool force) {
+void TransportImpl::failover_rail(int rail, bool force) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   if (!force) check_last_rail_locked(rail, "fail over");
@@ -79,24 +79,24 @@ void Transport::failover_rail(int rail, bool force) {
     fail_conn_locked(*c, c->epoch.load(), IoCause::kOther, "operator failover");
 }
 
-void Transport::check_conn(int peer, int rail) const {
+void TransportImpl::check_conn(int peer, int rail) const {
   if (peer < 0 || peer >= world_ || peer == rank_ || rail < 0 || rail >= num_rails())
     throw std::out_of_range("r2cc: no connection to rank " + std::to_string(peer) + " on rail " + std::to_string(rail));
 }
 
-void Transport::inject_failure(int peer, int rail, int64_t chunks) {
+void TransportImpl::inject_failure(int peer, int rail, int64_t chunks) {
   check_conn(peer, rail);
   std::lock_guard<std::mutex> g(mu_);
   peers_[peer]->conns[rail]->fail_after_chunks = chunks;
 }
 
-void Transport::inject_full_socket(int peer, int rail) {
+void TransportImpl::inject_full_socket(int peer, int rail) {
   check_conn(peer, rail);
   std::lock_guard<std::mutex> g(mu_);
   peers_[peer]->conns[rail]->skip_room_check = true;
 }
 
-void Transport::restore_rail(int rail) {
+void TransportImpl::restore_rail(int rail) {
   check_rail(rail);
   std::lock_guard<std::mutex> g(mu_);
   rail_held_[rail] = false;
@@ -109,23 +109,22 @@ void Transport::restore_rail(int rail) {
 
 // ---- stats -------------------------------------------------------------------
 
-std::string Transport::shown_state_locked(const Conn& c) const {
+std::string TransportImpl::shown_state_locked(const Conn& c) const {
   // After an abort no rail carries the group's data, whatever its socket says.
   return aborted_ ? "aborted" : c.suspect ? "down" : rail_state_name(c.state);
 }
 
-std::string Transport::hold_reason_locked(const Conn& c, int64_t now) const {
-  const Conn::Dampening& d = c.damp;
-  if (d.holding(now)) return d.reason;
-  return d.peer_holds ? "rank " + std::to_string(c.peer) + " holds it out (flapping or losing packets at its end)" : "";
+std::string TransportImpl::hold_reason_locked(const Conn& c, int64_t now) const {
+  if (c.damp.holding(now)) return c.damp.reason();
+  return c.peer_holds ? "rank " + std::to_string(c.peer) + " holds it out (flapping or losing packets at its end)" : "";
 }
 
-std::string Transport::state_signature() const {
+std::string TransportImpl::state_signature() const {
   std::lock_guard<std::mutex> g(mu_);
   return state_signature_locked();
 }
 
-std::string Transport::state_signature_locked() const {
+std::string TransportImpl::state_signature_locked() const {
   // Cheap on purpose (no syscalls, no TCP_INFO): the monitor asks ten times a second, and a
   // full sample (stats() and the rest) cost a rank 0.15-0.5 ms of CPU each time, taken from a
   // spinning caller by a thread that runs at a higher priority.
@@ -149,7 +148,7 @@ bool modified_since(const std::string& path, int64_t since_ns) {
 }
 }  // namespace
 
-std::string Transport::wait_state_change(const std::string& seen, int poll_ms, int timeout_ms,
+std::string TransportImpl::wait_state_change(const std::string& seen, int poll_ms, int timeout_ms,
                                          const std::string& watch_path, int64_t watch_since_ns) {
   const int64_t until = now_ns() + int64_t(std::max(0, timeout_ms)) * 1000000;
   // A look now, as the seen signature or the request may be older than this call.
@@ -170,7 +169,7 @@ std::string Transport::wait_state_change(const std::string& seen, int poll_ms, i
   return state_signature_locked();
 }
 
-void Transport::check_state_watches_locked(int64_t now) {
+void TransportImpl::check_state_watches_locked(int64_t now) {
   // A stat() and the signature's text, at most every poll_ms, on a thread that runs anyway.
   bool wake = false;
   for (StateWatch* w : state_watches_) {
@@ -182,13 +181,13 @@ void Transport::check_state_watches_locked(int64_t now) {
   if (wake) state_cv_.notify_all();
 }
 
-void Transport::interrupt_state_wait() {
+void TransportImpl::interrupt_state_wait() {
   std::lock_guard<std::mutex> g(mu_);
   state_wait_interrupts_++;
   state_cv_.notify_all();
 }
 
-std::vector<ConnStats> Transport::stats() const {
+std::vector<ConnStats> TransportImpl::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now = now_ns();
   std::vector<ConnStats> out;
@@ -198,21 +197,20 @@ std::vector<ConnStats> Transport::stats() const {
       ConnStats s = c->st;
       s.state = shown_state_locked(*c);
       s.held = rail_held_[c->rail];
-      const Conn::Dampening& d = c->damp;
-      s.flap_penalty = flap_penalty_locked(*c, now);
-      s.hold_left_s = d.holding(now) ? double(d.hold_until_ns - now) * 1e-9 : 0;
+      s.flap_penalty = c->damp.penalty(now);
+      s.hold_left_s = double(c->damp.hold_left_ns(now)) * 1e-9;
       s.hold_reason = hold_reason_locked(*c, now);
-      s.retrans_pct = c->loss.pct;
+      s.retrans_pct = c->loss.last_pct();
       s.fallback = c->rail >= num_rails() - opt_.fallback_rails;
       s.inflight_bytes = c->inflight_bytes;
-      s.suspect_after_s = double(suspect_after_ns(path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
+      s.suspect_after_s = double(c->quiet.suspect_after_ns(io_->path_info(is_connected(c->state) ? c->fd : -1))) * 1e-9;
       out.push_back(s);
     }
   }
   return out;
 }
 
-std::vector<PeerStats> Transport::peer_stats() const {
+std::vector<PeerStats> TransportImpl::peer_stats() const {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now = now_ns();
   std::vector<PeerStats> out;
@@ -235,7 +233,7 @@ std::vector<PeerStats> Transport::peer_stats() const {
   return out;
 }
 
-Counters Transport::counters() const {
+Counters TransportImpl::counters() const {
   std::lock_guard<std::mutex> g(mu_);
   Counters c = counters_;
   c.spin_hits = spin_hits_.load();

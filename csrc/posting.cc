@@ -15,7 +15,7 @@
 
 namespace r2cc {
 
-void Transport::begin_call(const CallDesc& d) {
+void TransportImpl::begin_call(const CallDesc& d) {
   std::lock_guard<std::mutex> g(mu_);
   if (!error_.empty()) throw_error_locked();
   call_desc_ = d;
@@ -29,9 +29,9 @@ void Transport::begin_call(const CallDesc& d) {
   if (!error_.empty()) throw_error_locked();
 }
 
-void Transport::end_call() { run_due_pass_on_caller(now_ns()); }
+void TransportImpl::end_call() { run_due_pass_on_caller(now_ns()); }
 
-void Transport::check_call_locked(Peer& p, const InMsg& m) {
+void TransportImpl::check_call_locked(Peer& p, const InMsg& m) {
   // The sender's call (from the message's first frame) against the receiving call: the
   // posted receive's, else this rank's current collective when it has the same number.
   uint64_t seq = 0;
@@ -67,13 +67,13 @@ void Transport::check_call_locked(Peer& p, const InMsg& m) {
                        "root; the group is aborted on all ranks.");
 }
 
-void Transport::check_peer(int peer) const {
+void TransportImpl::check_peer(int peer) const {
   if (peer < 0 || peer >= world_ || peer == rank_)
     throw std::invalid_argument("r2cc: rank " + std::to_string(rank_) + " cannot exchange data with rank " +
                                 std::to_string(peer) + " (group of " + std::to_string(world_) + ")");
 }
 
-Op Transport::post_send(int peer, const void* buf, size_t len) {
+Op TransportImpl::post_send(int peer, const void* buf, size_t len) {
   check_peer(peer);
   Op op;
   op.done_at_post = len == 0;  // nothing to move; both sides skip it alike
@@ -142,11 +142,11 @@ Op Transport::post_send(int peer, const void* buf, size_t len) {
   return op;
 }
 
-void Transport::finish_chunk_write_locked(const Chunk& chunk) {
+void TransportImpl::finish_chunk_write_locked(const Chunk& chunk) {
   if (--chunk.msg->active_writers == 0 && chunk.msg->done) notify_done_locked();
 }
 
-bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode,
+bool TransportImpl::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<std::mutex>& lk, InlineSend mode,
                                 std::vector<bool>* rails_used, Conn* only) {
   const bool hedge = mode == InlineSend::kHedge;
   const bool if_room = mode == InlineSend::kIfRoom || mode == InlineSend::kRefill;
@@ -205,7 +205,7 @@ bool Transport::try_send_inline(Peer& p, const Chunk& chunk, std::unique_lock<st
   return true;
 }
 
-size_t Transport::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns) {
+size_t TransportImpl::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64_t posted_before_ns) {
   if (hedges_due_.empty()) return 0;
   size_t written = 0;
   // Taken out first: try_send_inline unlocks, and a post_send meanwhile appends.
@@ -218,7 +218,7 @@ size_t Transport::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64
     // second read when it comes (should the rail fail before that, failover re-sends it).
     // (Idle lab, 4-64 KiB all_reduce: copies in 4-11% of calls before, 4-7% after.)
     const Conn& first = *peers_[m->peer]->conns[size_t(m->on_rail[0])];
-    if (first.fd >= 0 && is_connected(first.state) && !first.writing && bytes_unacked(first.fd) == 0) {
+    if (first.fd >= 0 && is_connected(first.state) && !first.writing && io_->bytes_unacked(first.fd) == 0) {
       counters_.hedges_unneeded++;
       continue;
     }
@@ -235,7 +235,7 @@ size_t Transport::send_due_hedges_locked(std::unique_lock<std::mutex>& lk, int64
   return written;
 }
 
-Op Transport::post_recv(int peer, void* buf, size_t len) {
+Op TransportImpl::post_recv(int peer, void* buf, size_t len) {
   check_peer(peer);
   Op op;
   op.done_at_post = len == 0;
@@ -284,25 +284,25 @@ bool op_done(const Op& op) {
 int op_peer(const Op& op) { return op.out ? op.out->peer : op.in->peer; }
 }  // namespace
 
-void Transport::wait(const Op& op) {
+void TransportImpl::wait(const Op& op) {
   if (op.done_at_post) return;
   wait_ops(&op, 1, nullptr);
 }
 
-std::vector<size_t> Transport::wait_some(const std::vector<Op>& ops) {
+std::vector<size_t> TransportImpl::wait_some(const std::vector<Op>& ops) {
   if (ops.empty()) throw std::invalid_argument("r2cc: wait_some needs at least one op");
   std::vector<size_t> done;
   wait_ops(ops.data(), ops.size(), &done);
   return done;
 }
 
-bool Transport::any_op_done(const Op* ops, size_t n) const {
+bool TransportImpl::any_op_done(const Op* ops, size_t n) const {
   for (size_t i = 0; i < n; ++i)
     if (op_done(ops[i])) return true;
   return false;
 }
 
-void Transport::spin_until_any_done(const Op* ops, size_t n) const {
+void TransportImpl::spin_until_any_done(const Op* ops, size_t n) const {
   // A waiter that does not drive (another caller does): the driver or the receive thread
   // completes the op; this one sees it without the futex sleep and wake-up
   // that a condition variable costs. Only worth it where a core is free to spin.
@@ -317,7 +317,7 @@ void Transport::spin_until_any_done(const Op* ops, size_t n) const {
   }
 }
 
-void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
+void TransportImpl::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
   const int64_t start = now_ns();
   const int64_t deadline = start + int64_t(opt_.op_timeout_s * 1e9);
   // What this wait depends on, per peer (bit 0: a receive, bit 1: a send): the path checks run
@@ -327,7 +327,7 @@ void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
   std::unique_lock<std::mutex> lk(mu_);
   // The first waiter reads its peers' bytes itself (rx_loop.cc); a second one waits for it.
   struct Driving {
-    Transport& t;
+    TransportImpl& t;
     bool on;
     ~Driving() {  // the lock is held on every way out
       if (on) t.rx_stop_driving_locked();
@@ -387,7 +387,7 @@ void Transport::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done) {
 
 // ---- acknowledgements --------------------------------------------------------------
 
-void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent) {
+void TransportImpl::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent) {
   p.acks.push_back(AckItem{seq, idx, all});
   // Acks of small chunks ride on the next write or heartbeat (<= heartbeat_ms):
   // their sender does not wait for them, and waking a writer per tiny message
@@ -397,7 +397,7 @@ void Transport::enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all
   if (urgent) p.acks_urgent = true;
 }
 
-void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
+void TransportImpl::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
   auto it = p.out.find(seq);
   if (it == p.out.end()) return;  // duplicate ack of a finished message
   OutMsg& m = *it->second;
@@ -421,7 +421,7 @@ void Transport::on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all) {
   }
 }
 
-void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {
+void TransportImpl::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t idx, size_t bytes, int64_t now) {
   Conn& c = *p.conns[rail];
   auto f = std::find(c.inflight.begin(), c.inflight.end(), std::make_pair(seq, idx));
   if (f == c.inflight.end()) return;
@@ -441,7 +441,7 @@ void Transport::forget_inflight_locked(Peer& p, int rail, uint64_t seq, uint32_t
   }
 }
 
-void Transport::refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk) {
+void TransportImpl::refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk) {
   // At 4 hosts x 1gbit, waking a rail's writer for each acked 256 KiB chunk was ~8k context
   // switches a second per box; the caller that read the ack is awake anyway.
   for (auto& cp : p.conns) {
@@ -461,7 +461,7 @@ void Transport::refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>&
   }
 }
 
-void Transport::finish_in_locked(Peer& p, InMsg& m) {
+void TransportImpl::finish_in_locked(Peer& p, InMsg& m) {
   if (!p.is_done(m.seq)) p.mark_done(m.seq);
   if (!m.posted) return;  // complete in the stash; post_recv copies it out
   if (m.data != m.user) std::memcpy(m.user, m.data, m.len);
@@ -470,7 +470,7 @@ void Transport::finish_in_locked(Peer& p, InMsg& m) {
   notify_done_locked();
 }
 
-void Transport::release_reader_locked(Peer& p, InMsg& m) {
+void TransportImpl::release_reader_locked(Peer& p, InMsg& m) {
   // The message is finished only when no reader can still write into its buffer.
   if (--m.active_readers == 0 && m.known && m.nrecv == m.nchunks && !m.done) finish_in_locked(p, m);
 }

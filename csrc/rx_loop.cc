@@ -41,7 +41,7 @@ IoResult frame_verdict(std::string bad) {
 }
 }  // namespace
 
-void Transport::rx_start_locked(Conn& c, int fd) {
+void TransportImpl::rx_start_locked(Conn& c, int fd) {
   auto s = std::make_unique<RxStream>();
   s->conn = &c;
   s->fd = fd;
@@ -52,7 +52,7 @@ void Transport::rx_start_locked(Conn& c, int fd) {
   rx_streams_.push_back(std::move(s));
 }
 
-void Transport::rx_arm_locked(RxStream& s, bool first) {
+void TransportImpl::rx_arm_locked(RxStream& s, bool first) {
   // No receive low-water mark: it suppresses the readiness a stalled frame needs (the kernel
   // also clamps the window to it), and a bench with a rail going down hung on it.
   epoll_event ev{};
@@ -61,7 +61,7 @@ void Transport::rx_arm_locked(RxStream& s, bool first) {
   epoll_ctl(epfd_, first ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s.fd, &ev);
 }
 
-void Transport::rx_release_claim_locked(RxStream& s, bool incomplete) {
+void TransportImpl::rx_release_claim_locked(RxStream& s, bool incomplete) {
   if (!s.dest) return;
   // An incomplete chunk goes back to nobody: the sender re-sends it on another rail.
   if (incomplete && s.msg->state[s.idx] == kChunkClaimed) s.msg->state[s.idx] = kChunkNone;
@@ -70,7 +70,7 @@ void Transport::rx_release_claim_locked(RxStream& s, bool incomplete) {
   release_reader_locked(*peers_[s.conn->peer], *s.msg);
 }
 
-void Transport::rx_retire_locked(RxStream& s) {
+void TransportImpl::rx_retire_locked(RxStream& s) {
   Conn& c = *s.conn;
   rx_release_claim_locked(s, true);
   s.msg.reset();
@@ -85,7 +85,7 @@ namespace {
 thread_local bool tl_driving = false;  // this thread is the driving caller (it needs no bell)
 }  // namespace
 
-void Transport::rx_loop() {
+void TransportImpl::rx_loop() {
   epoll_event ev[2], ready[16];
   while (!stopping_.load()) {
     // epfd_ is in rx_ep_ only while no caller drives: then its data wakes this thread.
@@ -95,7 +95,7 @@ void Transport::rx_loop() {
   }
 }
 
-void Transport::notify_done_locked() {
+void TransportImpl::notify_done_locked() {
   done_cv_.notify_all();
   if (caller_driving_ && !tl_driving) {
     const uint64_t one = 1;
@@ -103,7 +103,7 @@ void Transport::notify_done_locked() {
   }
 }
 
-bool Transport::rx_start_driving_locked() {
+bool TransportImpl::rx_start_driving_locked() {
   if (caller_driving_ || stopping_) return false;  // another caller drives: wait on done_cv_
   caller_driving_ = true;
   tl_driving = true;
@@ -114,7 +114,7 @@ bool Transport::rx_start_driving_locked() {
   return true;
 }
 
-void Transport::rx_stop_driving_locked() {
+void TransportImpl::rx_stop_driving_locked() {
   tl_driving = false;
   caller_driving_ = false;
   last_drive_end_ns_ = now_ns();
@@ -124,7 +124,7 @@ void Transport::rx_stop_driving_locked() {
   done_cv_.notify_all();  // a second waiter may drive now; close() waits for the driver to leave
 }
 
-void Transport::rx_readmit_locked(int64_t now) {
+void TransportImpl::rx_readmit_locked(int64_t now) {
   if (rx_admitted_ || caller_driving_ || stopping_ || now - last_drive_end_ns_ < kRxReadmitNs) return;
   rx_admitted_ = true;
   epoll_event ev{};
@@ -133,7 +133,7 @@ void Transport::rx_readmit_locked(int64_t now) {
   epoll_ctl(rx_ep_, EPOLL_CTL_ADD, epfd_, &ev);  // wakes the receive thread if data is waiting
 }
 
-bool Transport::rx_drive_ready(const Op* ops, size_t n) {
+bool TransportImpl::rx_drive_ready(const Op* ops, size_t n) {
   // One stream per epoll_wait, the caller's ops checked in between: once they are done the
   // caller goes, and what else is ready (typically the hedge's second copy of a small
   // message) is read during its next wait, not on this call's critical path.
@@ -151,7 +151,7 @@ bool Transport::rx_drive_ready(const Op* ops, size_t n) {
   return any;
 }
 
-void Transport::rx_send_owed_acks_locked() {
+void TransportImpl::rx_send_owed_acks_locked() {
   rx_acks_owed_ = false;
   // One write per peer for every chunk read in this pass (was one per chunk: at 2 hosts x 4
   // rails a 1 MiB all_reduce sent 6 acks a rank, each a packet, a wake-up and a read at the
@@ -165,12 +165,12 @@ void Transport::rx_send_owed_acks_locked() {
   }
 }
 
-void Transport::rx_ack_now_locked(Peer& p, Conn& c) {
+void TransportImpl::rx_ack_now_locked(Peer& p, Conn& c) {
   if (send_frames_now_locked(c, p, FrameHeader{}, now_ns()) != 1 || !p.acks.empty()) p.wake_ack_carrier();
   if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
 }
 
-void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
+void TransportImpl::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (rx_drive_ready(ops, n)) return;
   if (spin_worthwhile()) {
     // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us. A peer
@@ -214,7 +214,7 @@ void Transport::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (stale_at && !any_op_done(ops, n) && now_ns() >= stale_at) send_stale_hedges();
 }
 
-int64_t Transport::send_stale_hedges() {
+int64_t TransportImpl::send_stale_hedges() {
   if (hedges_due_count_.load(std::memory_order_relaxed) == 0) return 0;
   std::unique_lock<std::mutex> lk(mu_);
   // Oldest first, nearly always: post_send appends, and send_due_hedges_locked puts the ones it
@@ -232,17 +232,17 @@ int64_t Transport::send_stale_hedges() {
   return next > now_ns() ? next : 0;
 }
 
-int64_t Transport::hedge_after_ns() const {
+int64_t TransportImpl::hedge_after_ns() const {
   const int64_t late = kHedgeLateFactor * spin_reply_ns_.load(std::memory_order_relaxed);
   return std::min(kHedgeStaleNs, std::max(int64_t(kHedgeAfterUs) * 1000, late));
 }
 
-void Transport::note_reply(int64_t waited_ns) {
+void TransportImpl::note_reply(int64_t waited_ns) {
   const int64_t r = spin_reply_ns_.load(std::memory_order_relaxed);
   spin_reply_ns_.store(r + (waited_ns - r) / 8, std::memory_order_relaxed);
 }
 
-bool Transport::spin_worthwhile() {
+bool TransportImpl::spin_worthwhile() {
   // Spin while most spins end in data (a peer that answers within spin_us: a free core on
   // each side); after a run of misses (the peer is computing, or waits for a CPU our spinning
   // would take) sleep at once, and spin on one wait in kSpinProbeEvery to notice a change.
@@ -254,21 +254,21 @@ bool Transport::spin_worthwhile() {
   return spin_hit_rate_.load(std::memory_order_relaxed) >= kSpinKeepRate || ++spin_probe_ % kSpinProbeEvery == 0;
 }
 
-void Transport::note_spin(bool hit) {
+void TransportImpl::note_spin(bool hit) {
   const float r = spin_hit_rate_.load(std::memory_order_relaxed);
   spin_hit_rate_.store(r + (float(hit) - r) / 8, std::memory_order_relaxed);
   if (hit) spin_hits_.fetch_add(1, std::memory_order_relaxed);
   else spin_misses_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Transport::rx_handle(RxStream& s) {
+void TransportImpl::rx_handle(RxStream& s) {
   if (!rx_take(s)) return;
   const IoResult r = rx_read(s);
   std::unique_lock<std::mutex> lk(mu_);
   rx_after_read_locked(s, r, lk);
 }
 
-bool Transport::rx_take(RxStream& s) {
+bool TransportImpl::rx_take(RxStream& s) {
   std::lock_guard<std::mutex> g(mu_);
   if (stopping_) return false;  // close() frees every stream
   if (s.epoch != s.conn->epoch.load()) {
@@ -279,11 +279,11 @@ bool Transport::rx_take(RxStream& s) {
   return true;
 }
 
-bool Transport::rx_claim_lost(const RxStream& s) const {
+bool TransportImpl::rx_claim_lost(const RxStream& s) const {
   return s.phase == RxStream::Phase::kPayload && s.dest && (s.msg->superseded[s.idx].load() || aborted_.load());
 }
 
-IoResult Transport::rx_read(RxStream& s) {
+IoResult TransportImpl::rx_read(RxStream& s) {
   Conn& c = *s.conn;
   IoResult r;
   size_t budget = kRxBudgetBytes;
@@ -312,7 +312,7 @@ IoResult Transport::rx_read(RxStream& s) {
     // Large remainders go straight to their destination; small ones through the stage.
     const bool staged = need < RxStream::kStageBytes;
     const size_t ask = staged ? RxStream::kStageBytes : need;
-    const ssize_t got = recv(s.fd, staged ? s.stage.get() : part.at + s.have, ask, 0);
+    const ssize_t got = io_->read_some(s.fd, staged ? s.stage.get() : part.at + s.have, ask);
     if (got > 0) {
       budget -= std::min(budget, size_t(got));
       c.last_rx_ns.store(now_ns());
@@ -333,12 +333,12 @@ IoResult Transport::rx_read(RxStream& s) {
   return r;
 }
 
-IoResult Transport::rx_advance(RxStream& s, size_t part_size, size_t k) {
+IoResult TransportImpl::rx_advance(RxStream& s, size_t part_size, size_t k) {
   s.have += k;
   return s.have == part_size ? frame_verdict(rx_frame_done(s)) : IoResult{};
 }
 
-void Transport::rx_after_read_locked(RxStream& s, const IoResult& r, std::unique_lock<std::mutex>& lk) {
+void TransportImpl::rx_after_read_locked(RxStream& s, const IoResult& r, std::unique_lock<std::mutex>& lk) {
   Conn& c = *s.conn;
   s.busy = false;
   if (!r.ok())
@@ -358,7 +358,7 @@ void Transport::rx_after_read_locked(RxStream& s, const IoResult& r, std::unique
   if (tl_driving) refill_freed_rails_locked(p, lk);
 }
 
-void Transport::rx_plan_acks_locked(Peer& p, Conn& c) {
+void TransportImpl::rx_plan_acks_locked(Peer& p, Conn& c) {
   // Acks that free the sender's window go out from this thread (no writer wake-up): at once
   // when the sender may be waiting for window to send more of a message, on the rail the
   // chunk came by; otherwise once this thread has read what is ready now, all in one write
@@ -374,9 +374,9 @@ void Transport::rx_plan_acks_locked(Peer& p, Conn& c) {
   if (p.acks.empty()) p.acks_urgent = p.acks_refill = false;
 }
 
-bool Transport::rx_on_driving_thread() { return tl_driving; }
+bool TransportImpl::rx_on_driving_thread() { return tl_driving; }
 
-std::string Transport::rx_frame_done(RxStream& s) {
+std::string TransportImpl::rx_frame_done(RxStream& s) {
   Conn& c = *s.conn;
   Peer& p = *peers_[c.peer];
   const FrameHeader& h = s.h;
@@ -475,7 +475,7 @@ std::string Transport::rx_frame_done(RxStream& s) {
   }
 }
 
-std::string Transport::rx_data_begin_locked(RxStream& s) {
+std::string TransportImpl::rx_data_begin_locked(RxStream& s) {
   Conn& c = *s.conn;
   Peer& p = *peers_[c.peer];
   const FrameHeader& h = s.h;
@@ -529,7 +529,7 @@ std::string Transport::rx_data_begin_locked(RxStream& s) {
   return "";
 }
 
-void Transport::rx_data_done_locked(RxStream& s) {
+void TransportImpl::rx_data_done_locked(RxStream& s) {
   Conn& c = *s.conn;
   Peer& p = *peers_[c.peer];
   const FrameHeader& h = s.h;
@@ -574,7 +574,7 @@ void Transport::rx_data_done_locked(RxStream& s) {
   if (m->nrecv == m->nchunks && m->active_readers == 0) finish_in_locked(p, *m);
 }
 
-void Transport::rx_drop_idle_claims_locked() {
+void TransportImpl::rx_drop_idle_claims_locked() {
   for (auto& s : rx_streams_)
     if (!s->busy && s->dest) rx_release_claim_locked(*s, true);
 }

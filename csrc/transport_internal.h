@@ -1,12 +1,16 @@
-// Connection and peer records of the transport (private to transport*.cc).
+// Connection and peer records of the transport (private to its .cc files). Their fields are
+// under TransportImpl::mu_ unless a comment says otherwise (atomics, or owned by one thread).
 #pragma once
 
 #include <time.h>
 
+#include "dampening.h"
+#include "loss_judge.h"
 #include "messages.h"
 #include "net.h"
 #include "progress.h"
-#include "transport.h"
+#include "quiet_judge.h"
+#include "transport_impl.h"
 
 namespace r2cc {
 
@@ -22,7 +26,7 @@ inline bool is_connected(RailState s) {
   return s == RailState::kUp || s == RailState::kDraining || s == RailState::kDrained || s == RailState::kHeld;
 }
 
-struct Transport::Conn {
+struct TransportImpl::Conn {
   int peer = -1, rail = -1;
   bool we_connect = false;  // the higher rank of a pair dials; the lower one accepts
   int fd = -1;
@@ -32,32 +36,12 @@ struct Transport::Conn {
   std::map<int, int> fd_users;  // reader/writer threads still using a socket; the last one closes a retired fd
   RailState state = RailState::kConnecting;
   bool peer_drained = false;  // the peer asked us not to put new chunks on this rail
-  // Flap dampening (dampening.cc). penalty is its value at penalty_ns; it decays from there.
-  struct Dampening {
-    double penalty = 0;
-    int64_t penalty_ns = 0;
-    int level = 0;              // holds since the penalty last faded: this hold asks hold_s * 2^(level-1) quiet
-    int64_t hold_until_ns = 0;  // this side holds the rail out until then (0: no hold)
-    std::string reason;         // why, for people: failures, over how long, the last error
-    bool peer_holds = false;    // the peer holds it out (its kHold frame)
-    bool restore_pending = false;  // restored while down: tell the peer at the next install
-    int64_t hold_ended_ns = 0;     // when this side's last hold ended (a lossy rail's holds double only while recent)
-    bool holding(int64_t now) const { return hold_until_ns > now; }
-  } damp;
-  // Loss detection (loss.cc): the socket's retransmission and data-segment counts at the start of
-  // the current window, and the retransmitted share of the last window judged.
-  struct LossWindow {
-    // The socket the counts are from, by the connection's epoch (bumped at every install and
-    // failure; a socket number is reused, so it cannot tell): a new socket starts a new window.
-    uint64_t epoch = 0;
-    int64_t start_ns = 0, sampled_ns = 0;
-    uint32_t retrans0 = 0, segs0 = 0;
-    uint32_t retrans_seen = 0;  // the count at the last sample
-    int samples_with_retrans = 0;  // samples of this window in which the count grew
-    bool probing = false;  // held for loss: heartbeats every watchdog tick, to judge the path sooner
-    double pct = 0;  // retransmitted share of the last judged window, percent
-    int64_t judged_ns = 0;
-  } loss;
+  // Flap dampening (dampening.h: the policy; dampening.cc acts on it).
+  FlapDampening damp;
+  bool peer_holds = false;       // the peer holds the rail out (its kHold frame)
+  bool restore_pending = false;  // restored while down: tell the peer at the next install
+  // Loss detection (loss_judge.h: the policy; loss.cc acts on it).
+  LossJudge loss;
   // Set aside while other rails to the peer deliver: its chunks were re-sent elsewhere and it
   // takes no new ones, but the connection is kept. Why decides what clears it (detector.cc):
   //   kSilent  no bytes from the peer and ours unacknowledged by its host (a dead path);
@@ -101,7 +85,7 @@ struct Transport::Conn {
   // have been sending without pause for longer than the rail timeout.
   std::atomic<int64_t> tx_done_ns{0};
   std::atomic<int64_t> tx_resume_ns{0};
-  bool path_dead = false;  // last check: our bytes go unacknowledged by the peer's kernel
+  QuietJudge quiet;  // quiet-rail detection (quiet_judge.h): whether the path is dead
   // Bytes were handed to the kernel just now (any thread; no lock needed).
   void note_tx(int64_t now, int64_t pause_ns) {
     if (now - tx_done_ns.exchange(now) > pause_ns) tx_resume_ns.store(now);
@@ -162,7 +146,7 @@ struct Transport::Conn {
 // One installed socket's receive side: a frame parser that keeps its place between events.
 // The thread that took its one-shot event owns it (busy); others touch it only under mu_ while
 // it is idle.
-struct Transport::RxStream {
+struct TransportImpl::RxStream {
   enum class Phase { kHeader, kPayload, kAbortReason, kPadding };
   Conn* conn = nullptr;
   int fd = -1;
@@ -201,7 +185,7 @@ struct Transport::RxStream {
 };
 
 // What one pass of a connection's writer sends (writer_gather_locked fills it under mu_).
-struct Transport::WriterBatch {
+struct TransportImpl::WriterBatch {
   std::vector<FrameHeader> frames;  // control frames and acks (and the chunk's header, unless tail has it)
   std::vector<FrameHeader> tail;    // the chunk's header when an abort reason goes first
   std::string abort_reason;         // to send with an abort frame, if any
@@ -209,7 +193,7 @@ struct Transport::WriterBatch {
   Chunk chunk;                      // msg null: no chunk this pass
 };
 
-struct Transport::Peer {
+struct TransportImpl::Peer {
   int rank = -1;
   uint64_t next_send_seq = 0, next_recv_seq = 0;
   std::deque<Chunk> queue;                           // waiting for a rail
