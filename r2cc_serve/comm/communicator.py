@@ -310,22 +310,14 @@ class Communicator:
         return {"schedule": self._schedule} if sched is None else sched.describe()
 
     def _run_planned(self, src: torch.Tensor, out: torch.Tensor, dtype, op) -> None:
-        nbytes = src.numel() * src.element_size()
         with self._lock, translate_errors():
             start = time.perf_counter()
-            s = self._sched
-            if s.exchange_due(nbytes):
-                s.install([v[0] for v in self._gather_ints([self._capacity()])])
-            schedule, key, builtin = s.select(src.numel(), src.element_size())
-            t0 = time.perf_counter()
-            if builtin:  # what the C++ path runs anyway: the same bits, without the executor's bookkeeping
-                self._t.all_reduce(src.data_ptr(), out.data_ptr(), src.numel(), dtype, op,
-                                   self._tuning.slice_bytes, self._tuning.one_shot_bytes)
-            else:
-                program = s.program_for(src.numel(), src.element_size(), schedule)
-                self._t.all_reduce_plan(program, src.data_ptr(), out.data_ptr(), src.numel(), dtype, op)
-            if s.observe(key, schedule, time.perf_counter() - t0):  # a trial ended: the ranks compare
-                s.decide(key, self._gather_ints(s.trial_medians_us(key)))
+            with self._sched.all_reduce(src.numel(), src.element_size(), self._gather_ints, self._capacity) as program:
+                if program is None:  # what the C++ path runs anyway: the same bits, without the executor's bookkeeping
+                    self._t.all_reduce(src.data_ptr(), out.data_ptr(), src.numel(), dtype, op,
+                                       self._tuning.slice_bytes, self._tuning.one_shot_bytes)
+                else:
+                    self._t.all_reduce_plan(program, src.data_ptr(), out.data_ptr(), src.numel(), dtype, op)
             self._durations.observe(time.perf_counter() - start)
 
     def _capacity(self) -> int:
