@@ -309,6 +309,16 @@ class Communicator:
         sched = self._sched
         return {"schedule": self._schedule} if sched is None else sched.describe()
 
+    def plan_ran(self, count: int, elem_bytes: int = 4) -> dict | None:
+        """sched/'s report of what the last all_reduce of this shape ran (sched.group.plan_report;
+        None when none ran on this table). Schedule builtin: what the built-in path runs for it."""
+        from r2cc_serve.sched.group import builtin_report
+
+        sched = self._sched
+        if sched is None:
+            return builtin_report(count, elem_bytes, self._tuning.one_shot_bytes, self._tuning.slice_bytes)
+        return sched.ran(count, elem_bytes)
+
     def _run_planned(self, src: torch.Tensor, out: torch.Tensor, dtype, op) -> None:
         with self._lock, translate_errors():
             start = time.perf_counter()
