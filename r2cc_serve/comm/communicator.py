@@ -102,15 +102,6 @@ class BuiltinTuning:
     one_shot_bytes: int  # up to this, one exchange of whole inputs (sched.group.one_shot_cutoff)
 
 
-@dataclass(frozen=True)
-class ControlPlane:
-    """How a rank's rail monitor and control agent name it (status file, events, admin API)."""
-
-    node: int = 0
-    global_rank: int | None = None   # None: the rank in this group
-    default_host: str | None = None  # host label when neither R2CC_HOST_LABEL nor a netns names it
-
-
 class Communicator:
     """A group of ranks joined by several rails (one TCP connection per rail per pair).
 
@@ -121,20 +112,21 @@ class Communicator:
     group: name that keeps several groups on one store apart.
     fallback_rails: rails that carry data only when every primary rail to a peer is down
         (e.g. the management network): serving goes on, slower, instead of failing.
-    control: how the control plane names this rank; it starts with the group when R2CC_CONTROL
-        is on (``start_control``/``stop_control`` switch it later).
     options: overrides of TransportOptions fields (else the R2CC_* knobs).
+
+    Tensors in, tensors out: the rail monitor and control agent are control/'s, attached by the
+    caller (control.attach; r2cc_serve.Communicator attaches them when R2CC_CONTROL is on).
     """
 
     def __init__(self, rank: int, world_size: int, store, rails: list[str], netns: str | None = None,
-                 group: str = "default", fallback_rails: list[str] | None = None,
-                 control: ControlPlane = ControlPlane(), **options):
+                 group: str = "default", fallback_rails: list[str] | None = None, **options):
         if world_size < 1 or not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is outside world size {world_size}")
         if not rails:
             raise UserError("at least one rail is needed (interface names or IPv4 addresses)")
         self.rank, self.world_size, self.group = rank, world_size, group
         self.netns = netns
+        self.attached = None  # control/'s monitor and agent (control.attach); close() stops them first
         self.num_fallback = len(fallback_rails or [])
         self.rail_names = list(rails) + list(fallback_rails or [])
         meet = Rendezvous(store, group, rank, world_size)
@@ -146,14 +138,6 @@ class Communicator:
             meet.give_up(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             raise
         _open.add(self)
-        self.monitor = self.agent = None
-        self.control = control
-        if envs.get("R2CC_CONTROL"):
-            try:
-                self.start_control()
-            except BaseException:
-                self.close()  # e.g. no free port for the agent: the rails' ports are given back too
-                raise
 
     def _form(self, meet: Rendezvous, options: dict) -> None:
         """Everything that can fail before the group is up: this rank's rails and schedule, then
@@ -186,30 +170,6 @@ class Communicator:
         except BaseException:
             self._t.close()
             raise
-
-    def start_control(self) -> None:
-        """Starts (or restarts) this rank's rail monitor (events, status file) and control agent."""
-        from r2cc_serve.control.agent import ControlAgent
-        from r2cc_serve.health.monitor import RailMonitor
-
-        self.stop_control()
-        c = self.control
-        host = envs.get("R2CC_CONTROL_HOST") or os.environ.get("VLLM_HOST_IP") or "127.0.0.1"
-        rank = self.rank if c.global_rank is None else c.global_rank
-        label = envs.get("R2CC_HOST_LABEL") or self.netns or c.default_host or f"rank{rank}"
-        self.monitor = RailMonitor(self, self.group, rank, c.node, envs.get("R2CC_STATUS_DIR") or None,
-                                   envs.get("R2CC_MONITOR_INTERVAL_MS") / 1000.0, host=label)
-        self.agent = ControlAgent(self, self.monitor, host, self.port_range).start()
-        self.monitor.extra.update(agent_address=self.agent.address, agent_token=self.agent.token)
-        self.monitor.start()
-
-    def stop_control(self) -> None:
-        if getattr(self, "agent", None):
-            self.agent.stop()
-            self.agent = None
-        if getattr(self, "monitor", None):
-            self.monitor.stop()
-            self.monitor = None
 
     # ---- collectives ------------------------------------------------------------
 
@@ -351,6 +311,16 @@ class Communicator:
     def num_rails(self) -> int:
         return len(self.rail_ips)
 
+    @property
+    def monitor(self):
+        """The attached rail monitor (health.monitor.RailMonitor), or None."""
+        return getattr(self.attached, "monitor", None)
+
+    @property
+    def agent(self):
+        """The attached control agent (control.agent.ControlAgent), or None."""
+        return getattr(self.attached, "agent", None)
+
     def drain_rail(self, rail: int, force: bool = True) -> None:
         """No new chunks on `rail` (both directions, all peers); in-flight ones finish.
         force=False: raise LastRailError (changing nothing) when it is some peer's last healthy rail;
@@ -434,10 +404,12 @@ class Communicator:
         self._t.interrupt_state_wait()
 
     def close(self) -> None:
-        """Stops the control plane and the transport (goodbyes to the peers). Idempotent; done at
-        interpreter exit for a communicator still open."""
+        """Stops what control/ attached, then the transport (goodbyes to the peers). Idempotent;
+        done at interpreter exit for a communicator still open."""
         _open.discard(self)
-        self.stop_control()
+        attached, self.attached = getattr(self, "attached", None), None
+        if attached is not None:
+            attached.stop()
         t = getattr(self, "_t", None)
         if t is not None:
             t.close()
