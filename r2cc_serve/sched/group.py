@@ -27,6 +27,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from r2cc_serve import envs
 from r2cc_serve.errors import UserError
 from r2cc_serve.sched.bandwidth import Bandwidth
 from r2cc_serve.sched.cost import CostModel
@@ -50,6 +51,13 @@ def one_shot_cutoff(p: int, one_shot_bytes: int, pair_one_shot_bytes: int) -> in
 def builtin_schedule(nbytes: int, one_shot_bytes: int) -> str:
     """What the built-in C++ all_reduce runs for this size (R2CC_ALLREDUCE_ONE_SHOT_BYTES)."""
     return "one_shot" if nbytes <= one_shot_bytes else "direct"
+
+
+def runs_builtin(schedule: str, p: int, table: str) -> bool:
+    """Does this schedule run the built-in C++ path alone (no GroupSchedule)? Two ranks: no
+    schedule beats the built-in one (the bound equals it), so auto keeps it and spends nothing
+    on planning or exchanges."""
+    return schedule == "builtin" or (schedule == "auto" and p <= 2 and not table)
 
 
 def plan_report(schedule: str, count: int, elem_bytes: int, chunks: int = 1, bandwidth: Bandwidth | None = None,
@@ -167,6 +175,15 @@ class GroupSchedule:
         self._programs: OrderedDict[tuple, object] = OrderedDict()  # oldest compiled first
         self._ran: OrderedDict[tuple, tuple] = OrderedDict()  # (count, elem_bytes) -> what ran, oldest first
         self._max = max_programs
+
+    @classmethod
+    def from_knobs(cls, rank: int, p: int, schedule: str, compile: Callable[[bytes], object], table: str = "",
+                   **kw) -> "GroupSchedule":
+        """One with the R2CC_PLAN_* knobs' refresh, cost model and trials (``kw``: the rest)."""
+        return cls(rank, p, schedule, compile, table, refresh_calls=envs.get("R2CC_PLAN_REFRESH_CALLS"),
+                   refresh_bytes=envs.get("R2CC_PLAN_REFRESH_BYTES"), trial_calls=envs.get("R2CC_PLAN_TRIAL_CALLS"),
+                   model=CostModel(alpha_s=envs.get("R2CC_PLAN_ALPHA_S"),
+                                   overhead_s=envs.get("R2CC_PLAN_MSG_OVERHEAD_S")), **kw)
 
     def exchange_due(self, nbytes: int) -> bool:
         """Must the ranks exchange capacities before this call? (Counts the call.)"""

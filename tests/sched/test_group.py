@@ -136,3 +136,14 @@ def test_the_report_rebuilds_the_program_that_ran():
     small = builtin_report(1 << 10, 4, one_shot_bytes=32 << 10, slice_bytes=4 << 20)
     assert (small["schedule"], small["path"], small["bandwidth_Bps"]) == ("one_shot", "builtin", None)
     assert plan_of(small, 4).summary()["schedule"] == "one_shot"
+
+
+def test_two_ranks_keep_the_builtin_path_and_the_knobs_set_a_group_schedule(monkeypatch):
+    from r2cc_serve.sched.group import runs_builtin
+
+    assert runs_builtin("builtin", 4, "") and runs_builtin("auto", 2, "")
+    assert not runs_builtin("auto", 2, "1,0.5") and not runs_builtin("auto", 3, "") and not runs_builtin("direct", 2, "")
+    monkeypatch.setenv("R2CC_PLAN_TRIAL_CALLS", "4")
+    monkeypatch.setenv("R2CC_PLAN_REFRESH_CALLS", "7")
+    g = GroupSchedule.from_knobs(0, 4, "auto", lambda b: b, full_Bps=1e9, one_shot_bytes=1 << 10)
+    assert (g.trials.calls, g.agreement.refresh_calls, g.one_shot_bytes) == (4, 7, 1 << 10)
