@@ -7,8 +7,8 @@ from r2cc_serve.errors import (CallMismatchError, CollectiveTimeoutError, GroupA
 
 
 def __getattr__(name):  # lazy: importing the package must not load torch or the C++ core
-    if name == "Communicator":
-        from r2cc_serve.comm.communicator import Communicator
+    if name == "Communicator":  # the group with its control plane (R2CC_CONTROL): see control/attach.py
+        from r2cc_serve.control.attach import Communicator
 
         return Communicator
     raise AttributeError(name)

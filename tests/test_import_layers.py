@@ -21,8 +21,10 @@ PACKAGES = {"r2cc_serve": os.path.join(CHECKOUT, "r2cc_serve"),
 LAYERS = [
     ("r2cc_serve.errors", "r2cc_serve.envs", "r2cc_serve.pins", "r2cc_serve.util", "r2cc_serve._C"),
     ("r2cc_serve.sched", "r2cc_serve.health"),
-    ("r2cc_serve.control",),
     ("r2cc_serve.comm",),
+    # control/ attaches the rail monitor (health/) and its agent to a communicator (control.attach):
+    # above comm/, which moves tensors and imports neither.
+    ("r2cc_serve.control",),
     ("r2cc_serve.admin", "r2cc_serve.doctor"),
     ("r2cc_serve.vllm",),
     ("r2cc_testbed", "r2cc_testbed.faults", "r2cc_testbed.lab", "r2cc_testbed.doctor_lab"),

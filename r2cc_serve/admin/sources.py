@@ -1,7 +1,8 @@
 """Where the admin API finds the control agents of a group's ranks.
 
     StatusDirSource  status files on this host (standalone `r2cc admin`)
-    VllmSource       vLLM's worker RPC, which reaches every worker on every node
+    StaticSource     a fixed list
+    (r2cc_serve.vllm.agents.VllmSource: vLLM's worker RPC, inside vLLM's API server)
 
 `agents_now()` answers without the event loop (called from the view's poller thread); it
 returns None when only the async `agents()` can (VllmSource before its first answer).
@@ -66,7 +67,6 @@ class StatusDirSource:
                 continue  # being rewritten or not ours: the next refresh sees it
         return out
 
-
     @staticmethod
     def _leftover(path: str, st: dict) -> bool:
         ident = st.get("process")
@@ -79,28 +79,3 @@ class StatusDirSource:
             except OSError:
                 pass  # not ours to remove: skipping it is enough
         return gone
-
-
-class VllmSource:
-    """Asks every vLLM worker (all nodes) for its agents through `collective_rpc`."""
-
-    METHOD = "r2cc_agents"  # added to vLLM's worker class by the r2cc plugin
-
-    def __init__(self, engine_client):
-        self.engine_client = engine_client
-        self._cached: list[AgentRef] | None = None
-
-    def agents_now(self) -> list[AgentRef] | None:
-        return self._cached
-
-    async def agents(self) -> list[AgentRef]:
-        if self._cached:
-            return self._cached
-        replies = await self.engine_client.collective_rpc(self.METHOD, timeout=10)
-        agents = [AgentRef(**a) for reply in replies for a in (reply or [])]
-        if agents:
-            self._cached = agents
-        return agents
-
-    def forget(self) -> None:
-        self._cached = None

@@ -11,18 +11,27 @@ picks alike from the calls themselves (``Agreement.due``): the first planned all
 whenever ``refresh_calls`` calls or ``refresh_bytes`` bytes have run on the current table. Identical
 gathered values give identical tables, quantized tables, epochs and plans everywhere. A static
 table (R2CC_BANDWIDTH_TABLE) replaces the exchange.
+
+``GroupSchedule.all_reduce`` runs the whole protocol (exchange, choice, trial verdicts) around one
+call, given a way to gather; the communicator only runs the program it is handed. What ran is
+reported by ``GroupSchedule.ran`` (``builtin_report`` for the built-in path), and ``plan_of``
+rebuilds it: the same function compiles the programs, so a report cannot drift from them.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from r2cc_serve import envs
 from r2cc_serve.errors import UserError
 from r2cc_serve.sched.bandwidth import Bandwidth
 from r2cc_serve.sched.cost import CostModel
+from r2cc_serve.sched.ir import Plan
 from r2cc_serve.sched import builders
 from r2cc_serve.sched.planner import Planner, size_bucket
 from r2cc_serve.sched.trials import Trials
@@ -42,6 +51,36 @@ def one_shot_cutoff(p: int, one_shot_bytes: int, pair_one_shot_bytes: int) -> in
 def builtin_schedule(nbytes: int, one_shot_bytes: int) -> str:
     """What the built-in C++ all_reduce runs for this size (R2CC_ALLREDUCE_ONE_SHOT_BYTES)."""
     return "one_shot" if nbytes <= one_shot_bytes else "direct"
+
+
+def runs_builtin(schedule: str, p: int, table: str) -> bool:
+    """Does this schedule run the built-in C++ path alone (no GroupSchedule)? Two ranks: no
+    schedule beats the built-in one (the bound equals it), so auto keeps it and spends nothing
+    on planning or exchanges."""
+    return schedule == "builtin" or (schedule == "auto" and p <= 2 and not table)
+
+
+def plan_report(schedule: str, count: int, elem_bytes: int, chunks: int = 1, bandwidth: Bandwidth | None = None,
+                slice_bytes: int = builders.DEFAULT_SLICE_BYTES, path: str = "plan") -> dict:
+    """What an all_reduce ran, as plain data (JSON): enough for ``plan_of`` to rebuild it.
+    ``path``: "plan" (the executor ran this plan) or "builtin" (the built-in C++ path ran it)."""
+    bw = None if bandwidth is None else {"out": bandwidth.out_Bps.tolist(), "in": bandwidth.in_Bps.tolist()}
+    return {"schedule": schedule, "count": count, "elem_bytes": elem_bytes, "chunks": chunks,
+            "bandwidth_Bps": bw, "slice_bytes": slice_bytes, "path": path}
+
+
+def plan_of(report: dict, p: int) -> Plan:
+    """The plan a ``plan_report`` describes. The executor's programs are compiled from it too, so a
+    report rebuilds exactly what ran (r2cc bench simulates it)."""
+    bw = report["bandwidth_Bps"]
+    return builders.build(report["schedule"], p, report["count"], bw=bw and Bandwidth(bw["out"], bw["in"]),
+                          elem_bytes=report["elem_bytes"], chunks=report["chunks"], slice_bytes=report["slice_bytes"])
+
+
+def builtin_report(count: int, elem_bytes: int, one_shot_bytes: int, slice_bytes: int) -> dict:
+    """What the built-in C++ all_reduce runs for this call (schedule builtin: no GroupSchedule)."""
+    return plan_report(builtin_schedule(count * elem_bytes, one_shot_bytes), count, elem_bytes,
+                       slice_bytes=slice_bytes, path="builtin")
 
 
 def parse_table(text: str, p: int, full_Bps: float = 1.0) -> Bandwidth | None:
@@ -110,8 +149,9 @@ class GroupSchedule:
     """One communicator's planned all_reduce: planner, agreement and compiled programs.
 
     ``compile(program_bytes)`` turns this rank's ``Program.encode()`` into what the executor runs
-    (``_C.PlanProgram``); it is called once per plan. Not thread-safe: the communicator calls it
-    under its lock, and every rank must make the same calls (see the module docstring).
+    (``_C.PlanProgram``); it is called once per plan. Not thread-safe: the communicator calls
+    ``all_reduce`` under its lock, and every rank must make the same calls (see the module
+    docstring). The other methods are that protocol's steps, public for tests.
     """
 
     def __init__(self, rank: int, p: int, schedule: str, compile: Callable[[bytes], object], table: str = "",
@@ -133,7 +173,17 @@ class GroupSchedule:
         if static is None and schedule in BANDWIDTH_SCHEDULES:
             self.agreement = Agreement(p, refresh_calls, refresh_bytes)
         self._programs: OrderedDict[tuple, object] = OrderedDict()  # oldest compiled first
+        self._ran: OrderedDict[tuple, tuple] = OrderedDict()  # (count, elem_bytes) -> what ran, oldest first
         self._max = max_programs
+
+    @classmethod
+    def from_knobs(cls, rank: int, p: int, schedule: str, compile: Callable[[bytes], object], table: str = "",
+                   **kw) -> "GroupSchedule":
+        """One with the R2CC_PLAN_* knobs' refresh, cost model and trials (``kw``: the rest)."""
+        return cls(rank, p, schedule, compile, table, refresh_calls=envs.get("R2CC_PLAN_REFRESH_CALLS"),
+                   refresh_bytes=envs.get("R2CC_PLAN_REFRESH_BYTES"), trial_calls=envs.get("R2CC_PLAN_TRIAL_CALLS"),
+                   model=CostModel(alpha_s=envs.get("R2CC_PLAN_ALPHA_S"),
+                                   overhead_s=envs.get("R2CC_PLAN_MSG_OVERHEAD_S")), **kw)
 
     def exchange_due(self, nbytes: int) -> bool:
         """Must the ranks exchange capacities before this call? (Counts the call.)"""
@@ -169,17 +219,21 @@ class GroupSchedule:
         pkey = (count, elem_bytes, epoch, schedule)  # a plan is a function of these (and the knobs)
         hit = self._programs.get(pkey)
         if hit is None:
-            if schedule == self.planner.choose("all_reduce", count * elem_bytes, elem_bytes).schedule:
-                plan = self.planner.plan("all_reduce", count, elem_bytes)
-            else:  # the baseline under trial: unchunked, as the built-in path runs it
-                plan = builders.build(schedule, self.p, count, bw=self.planner.bandwidth, elem_bytes=elem_bytes,
-                                      slice_bytes=self.slice_bytes)
+            plan = plan_of(self._report(count, elem_bytes, schedule, builtin=False), self.p)
             hit = self._programs[pkey] = self._compile(plan.program(self.rank).encode())
             while len(self._programs) > self._max:
                 self._programs.popitem(last=False)
         else:
             self._programs.move_to_end(pkey)
         return hit
+
+    def _report(self, count: int, elem_bytes: int, schedule: str, builtin: bool) -> dict:
+        if builtin:  # the C++ path: equal shares, no table
+            return plan_report(schedule, count, elem_bytes, slice_bytes=self.slice_bytes, path="builtin")
+        modeled = self.planner.choose("all_reduce", count * elem_bytes, elem_bytes)
+        # The baseline under trial runs unchunked, as the built-in path runs it.
+        chunks = modeled.chunks if schedule == modeled.schedule else 1
+        return plan_report(schedule, count, elem_bytes, chunks, self.planner.bandwidth, self.slice_bytes)
 
     def program(self, count: int, elem_bytes: int):
         """This rank's compiled program for an all_reduce of ``count`` elements (what select picks)."""
@@ -194,6 +248,40 @@ class GroupSchedule:
 
     def decide(self, key: tuple, gathered_us: list[list[int]]) -> str:
         return self.trials.decide(key, gathered_us)
+
+    @contextmanager
+    def all_reduce(self, count: int, elem_bytes: int, gather: Callable[[list[int]], list[list[int]]],
+                   capacity: Callable[[], int]) -> Iterator[object]:
+        """The whole planned-all_reduce protocol, around the caller's run of it::
+
+            with sched.all_reduce(count, elem_bytes, gather, capacity) as program:
+                run program (None: the built-in C++ path: auto chose what it runs anyway, same bits)
+
+        ``gather(mine)``: every rank's list of ints in rank order (one all_gather; every rank calls
+        it at the same points); ``capacity()``: this rank's bytes/s now, asked only when an
+        exchange is due. The body is timed for the trials, and ``ran`` reports it; a body that
+        raises counts for neither."""
+        if self.exchange_due(count * elem_bytes):
+            self.install([v[0] for v in gather([capacity()])])
+        schedule, key, builtin = self.select(count, elem_bytes)
+        t0 = time.perf_counter()  # a plan's first call is timed with its compilation, as it costs that
+        yield None if builtin else self.program_for(count, elem_bytes, schedule)
+        if self.observe(key, schedule, time.perf_counter() - t0):  # a trial ended: the ranks compare
+            self.decide(key, gather(self.trial_medians_us(key)))
+        self._ran[(count, elem_bytes)] = (schedule, builtin, self.planner.epoch)
+        self._ran.move_to_end((count, elem_bytes))
+        while len(self._ran) > self._max:
+            self._ran.popitem(last=False)
+
+    def ran(self, count: int, elem_bytes: int) -> dict | None:
+        """``plan_report`` of the last all_reduce of this shape (None: none ran, or too long ago)."""
+        hit = self._ran.get((count, elem_bytes))
+        if hit is None:
+            return None
+        schedule, builtin, epoch = hit
+        if epoch != self.planner.epoch:  # planned from an older table, which is gone
+            return None
+        return self._report(count, elem_bytes, schedule, builtin)
 
     def describe(self) -> dict:
         """For operators: the schedule knob, the planner's epoch, table and choices, the trials."""

@@ -4,4 +4,5 @@
     plugin.py        the `vllm.general_plugins` entry point: --distributed-backend, the hook
     communicator.py  R2CCCommunicator, vLLM's DeviceCommunicatorBase on an r2cc Communicator
     endpoint.py      the `vllm.endpoint_plugins` entry point: the admin API and metrics in vLLM's server
+    agents.py        how that admin API finds every worker's control agents (vLLM's worker RPC)
 """

@@ -22,8 +22,9 @@ from r2cc_serve import envs
 from r2cc_serve.errors import GroupAbortedError
 from r2cc_serve.vllm import compat, fault_tolerance
 from r2cc_serve.comm import registry
-from r2cc_serve.comm.communicator import Communicator, ControlPlane
+from r2cc_serve.comm.communicator import Communicator
 from r2cc_serve.comm.rail_config import load_rail_config
+from r2cc_serve.control.attach import ControlPlane, attach_per_knob
 from r2cc_serve.health import loglines
 
 log = logging.getLogger("r2cc_serve.vllm")
@@ -53,12 +54,13 @@ class R2CCCommunicator(_Base):
         self.comm = self._build(compat.group_store(f"r2cc/{unique_name}/"))
 
     def _build(self, store, **options) -> Communicator:
-        """A Communicator for this group over `store`, registered for health and admin."""
+        """A Communicator for this group over `store`, with its control plane (R2CC_CONTROL),
+        registered for health and admin."""
         rails, node = self.rails, self.node
-        # The status file, events and admin API name the global rank and the node.
         comm = Communicator(self.rank_in_group, self.world_size, store, rails.rails, netns=rails.netns,
-                            group=self.unique_name, fallback_rails=rails.fallback_rails,
-                            control=ControlPlane(node, self.global_rank, f"node{node}"), **options)
+                            group=self.unique_name, fallback_rails=rails.fallback_rails, **options)
+        # The status file, events and admin API name the global rank and the node.
+        attach_per_knob(comm, ControlPlane(node, self.global_rank, f"node{node}"))
         registry.register(self.unique_name, self.global_rank, node, comm)
         log.warning("%s", loglines.group_up_line(self.unique_name, self.rank_in_group, self.world_size,
                                                  self.global_rank, node, comm.rail_ips, rails.netns,

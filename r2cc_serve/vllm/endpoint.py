@@ -15,21 +15,9 @@ from r2cc_serve.vllm import compat
 from r2cc_serve.admin.app import AdminState, build_router
 from r2cc_serve.admin.auth import NO_TOKEN, configured_read_token, token_or_reason
 from r2cc_serve.util.priority import raise_process_priority
-from r2cc_serve.admin.sources import VllmSource
+from r2cc_serve.vllm.agents import VllmSource
 
 log = logging.getLogger("r2cc_serve.admin")
-
-
-def worker_agents(worker) -> list[dict]:
-    """Runs in a worker (collective_rpc): this process's r2cc control agents."""
-    from r2cc_serve.comm import registry
-
-    out = []
-    for e in registry.entries():
-        agent = getattr(e.comm, "agent", None)
-        if agent is not None:
-            out.append({"address": agent.address, "token": agent.token, "group": e.group, "rank": e.global_rank})
-    return out
 
 
 class R2CCAdminEndpoint:

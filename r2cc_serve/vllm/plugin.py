@@ -109,7 +109,7 @@ def register() -> None:
 
         compat.recover_groups_on_retry(fault_tolerance.recover_groups)
         compat.explain_faults_and_retry(fault_tolerance.fault_reason)
-    from r2cc_serve.vllm.endpoint import worker_agents
+    from r2cc_serve.vllm.agents import METHOD, worker_agents
 
-    compat.add_worker_method("r2cc_agents", worker_agents)
+    compat.add_worker_method(METHOD, worker_agents)
     compat.refuse_engine_config(executor_refusal)  # last: it keeps the other wrappers' flags

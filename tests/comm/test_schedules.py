@@ -42,10 +42,10 @@ def schedules_agree(rank, world, store, sizes, opts):
                         if not (workers.bits_equal(got, want) and workers.bits_equal(out, want)):
                             bad.append(f"{schedule} {op} {dtype} n={n}")
                         digests[(schedule, str(dtype), n, op)] = _digest(got)
-        plan = comm.plan_info()
+        plan, ran = comm.plan_info(), comm.plan_ran(sizes[-1], 4)  # auto ran last
     finally:
         comm.close()
-    return {"bad": bad, "digests": digests, "plan": plan}
+    return {"bad": bad, "digests": digests, "plan": plan, "ran": ran}
 
 
 def _check_against_builtin(results):
@@ -67,6 +67,8 @@ def test_four_ranks_small_chunks_and_a_straggler_share():
     _check_against_builtin(results)
     # auto exchanged the (uniform) rail counts in-band; every rank ended on the same epoch.
     assert len({r["plan"]["epoch"] for r in results}) == 1
+    # sched/ reports what the last 4-byte call of the largest size ran: the same on every rank.
+    assert results[0]["ran"]["count"] == 250003 and all(r["ran"] == results[0]["ran"] for r in results)
 
 
 def test_optcc_failover_mid_collective_is_bit_exact(monkeypatch):

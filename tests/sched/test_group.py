@@ -72,3 +72,78 @@ def test_forced_plans_need_no_exchange_and_every_rank_builds_the_same():
     with pytest.raises(UserError, match="bit-identical"):
         _group("ring")
     assert np.isclose(sum(shares[0]), 1.0)
+
+
+class _FakeGroup:
+    """The gather callback of four ranks in step, seen from rank 0: it records what rank 0
+    gathers and answers what the other ranks would have sent."""
+
+    def __init__(self, capacities, medians_us):
+        self.capacities, self.medians_us, self.sent = capacities, medians_us, []
+
+    def gather(self, mine):
+        self.sent.append(list(mine))
+        if len(mine) == 1:  # capacities
+            return [[c] for c in self.capacities]
+        return [list(m) for m in self.medians_us]  # a trial's (modeled, baseline) medians
+
+
+def test_one_call_runs_the_exchange_the_trial_and_its_verdict():
+    from r2cc_serve.sched.cost import CostModel
+
+    compiled = []
+    g = GroupSchedule(0, 4, "auto", lambda b: compiled.append(b) or len(compiled), trial_calls=2,
+                      model=CostModel(alpha_s=80e-6, overhead_s=20e-6))
+    group = _FakeGroup([4e8, 4e8, 4e8, 2e8], [[50000, 40000]] * 4)  # rank 3 lost half its rails
+    count = (2 << 20) // 4
+    asked = []
+    ran = []
+    for _ in range(3):
+        with g.all_reduce(count, 4, group.gather, lambda: asked.append(1) or 4e8) as program:
+            ran.append(program)
+    # The first call exchanges capacities; the model wants optcc, so the trial alternates it with
+    # the baseline (None: the built-in path), then the ranks compare medians and keep direct.
+    assert len(asked) == 1 and group.sent[0] == [4e8]
+    assert len(group.sent) == 2 and len(group.sent[1]) == 2  # rank 0's own (modeled, baseline) medians
+    assert ran[0] == 1 and ran[1] is None and ran[2] is None and len(compiled) == 1
+    assert g.describe()["trials"][0]["kept"] == "direct"
+    report = g.ran(count, 4)
+    assert (report["schedule"], report["path"], report["chunks"]) == ("direct", "builtin", 1)
+
+
+def test_a_call_that_raises_is_neither_timed_nor_reported():
+    g = GroupSchedule(0, 4, "auto", lambda b: b, trial_calls=2)
+    group = _FakeGroup([4e8, 4e8, 4e8, 2e8], [[1, 2]] * 4)
+    with pytest.raises(RuntimeError):
+        with g.all_reduce(1 << 19, 4, group.gather, lambda: 4e8):
+            raise RuntimeError("the transport failed")
+    assert g.ran(1 << 19, 4) is None and not any(t["kept"] for t in g.describe()["trials"])
+    assert len(group.sent) == 1  # the exchange before it, no trial verdict after
+
+
+def test_the_report_rebuilds_the_program_that_ran():
+    from r2cc_serve.sched.group import builtin_report, plan_of
+
+    for rank in range(4):
+        g, compiled = _group("optcc", "1,1,1,0.5", rank=rank)
+        with g.all_reduce(1 << 20, 4, lambda mine: pytest.fail("a static table needs no gather"), lambda: 0) as prog:
+            assert prog == 1
+        report = g.ran(1 << 20, 4)
+        assert report["path"] == "plan" and report["chunks"] >= 1 and report["bandwidth_Bps"]["out"][3] < report[
+            "bandwidth_Bps"]["out"][0]
+        assert plan_of(report, 4).program(rank).encode() == compiled[0]
+    assert g.ran(1 << 10, 4) is None  # no call of that shape ran
+    small = builtin_report(1 << 10, 4, one_shot_bytes=32 << 10, slice_bytes=4 << 20)
+    assert (small["schedule"], small["path"], small["bandwidth_Bps"]) == ("one_shot", "builtin", None)
+    assert plan_of(small, 4).summary()["schedule"] == "one_shot"
+
+
+def test_two_ranks_keep_the_builtin_path_and_the_knobs_set_a_group_schedule(monkeypatch):
+    from r2cc_serve.sched.group import runs_builtin
+
+    assert runs_builtin("builtin", 4, "") and runs_builtin("auto", 2, "")
+    assert not runs_builtin("auto", 2, "1,0.5") and not runs_builtin("auto", 3, "") and not runs_builtin("direct", 2, "")
+    monkeypatch.setenv("R2CC_PLAN_TRIAL_CALLS", "4")
+    monkeypatch.setenv("R2CC_PLAN_REFRESH_CALLS", "7")
+    g = GroupSchedule.from_knobs(0, 4, "auto", lambda b: b, full_Bps=1e9, one_shot_bytes=1 << 10)
+    assert (g.trials.calls, g.agreement.refresh_calls, g.one_shot_bytes) == (4, 7, 1 << 10)

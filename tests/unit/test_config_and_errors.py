@@ -41,7 +41,7 @@ def test_bad_communicator_arguments_are_user_errors():
 
 
 def test_unsupported_tensor_is_a_user_error():
-    from r2cc_serve.comm.communicator import _contiguous, _dtype, _op
+    from r2cc_serve.comm.tensors import contiguous as _contiguous, dtype_of as _dtype, op_of as _op
 
     with pytest.raises(UserError, match="not supported"):
         _dtype(torch.zeros(2, dtype=torch.complex64))

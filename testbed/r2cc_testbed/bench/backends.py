@@ -67,6 +67,10 @@ class R2ccBackend:
     def plan_info(self) -> dict:
         return self.comm.plan_info()
 
+    def plan_ran(self, inp: torch.Tensor) -> dict | None:
+        """sched/'s report of what the last all_reduce of inp's shape ran (the simulator rebuilds it)."""
+        return self.comm.plan_ran(inp.numel(), inp.element_size())
+
     def drain(self, rail: int) -> None:
         """Take this rank's rail out of service (held for the launch: --hold-fault hH:R:drain)."""
         self.comm.drain_rail(rail, force=True)

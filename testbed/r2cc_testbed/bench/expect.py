@@ -3,8 +3,8 @@
 Each host's capacity (each direction) is the sum of its rails' tbf rates, with held faults
 applied: a rail down or blackholed counts 0, a degraded one its new rate. T_LB
 (``cost.lower_bound_of``) uses those line rates, as the formula does. The simulator
-(``sched.sim``) runs the very plan the ranks ran (rebuilt from the schedule, chunks and table
-the workers report) at the payload rate TCP gets from a line rate at this MTU,
+(``sched.sim``) runs the very plan the ranks ran (``sched.group.plan_of`` rebuilds it from
+sched/'s report, ``Communicator.plan_ran``) at the payload rate TCP gets from a line rate at this MTU,
 MSS/frame = (mtu - 52)/(mtu + 14) (95.7% at 1500, as measured: docs/design.md): the lab's rates,
 nothing fitted to the run. Unshaped labs have no rate: no expectations then.
 """
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import functools
 
-from r2cc_serve import envs
 from r2cc_testbed.bench.spec import format_size, parse_hold
 from r2cc_serve.util.rates import rate_bits
-from r2cc_serve.sched import builders, cost
+from r2cc_serve.sched import cost
 from r2cc_serve.sched.bandwidth import Bandwidth
-from r2cc_serve.sched.group import builtin_schedule, one_shot_cutoff
-from r2cc_serve.sched.planner import size_bucket
+from r2cc_serve.sched.group import plan_of
 from r2cc_serve.sched.sim import simulate
 from r2cc_serve.util.durations import millis
 
@@ -52,37 +50,14 @@ def add_expectations(report: dict) -> None:
         M = r["bytes"]
         r["t_lb_s"] = cost.lower_bound_of(line, M)
         r["fault_free_s"] = cost.fault_free_time(p, M, full)
-        plan = _plan_ran(r, p)
-        if plan is not None:
+        if r.get("plan_ran"):  # None: no call of that shape ran on the current table
+            plan = plan_of(r["plan_ran"], p)
             r["sim_s"] = simulate(plan, payload).seconds
             r["sim_plan"] = plan.summary()
         for other in ("builtin", "direct"):
             ref = next((x["p50_s"] for x in rows if x["schedule"] == other and x["bytes"] == M), None)
             if ref and r["p50_s"]:
                 r[f"speedup_vs_{other}"] = ref / r["p50_s"]
-
-
-def _plan_ran(row: dict, p: int):
-    """The plan the ranks ran for this row, or None if the workers did not say."""
-    count = row["bytes"] // 4
-    # the workers inherited the bench's knobs: the same cut-off as theirs
-    builtin = builtin_schedule(row["bytes"], one_shot_cutoff(p, envs.get("R2CC_ALLREDUCE_ONE_SHOT_BYTES"),
-                                                             envs.get("R2CC_PAIR_ONE_SHOT_BYTES")))
-    if row["schedule"] == "builtin":
-        return builders.build(builtin, p, count)
-    info = row.get("plan") or {}
-    bucket = 2 ** size_bucket(row["bytes"])
-    choice = next((c for c in info.get("choices", []) if c["size_bucket_bytes"] == bucket and c["elem_bytes"] == 4),
-                  None)
-    if choice is None:
-        return None
-    kept = next((t["kept"] for t in info.get("trials", [])
-                 if t["size_bucket_bytes"] == bucket and t["elem_bytes"] == 4 and t["kept"]), None)
-    if kept == builtin != choice["schedule"]:  # auto's trial found the model wrong: it ran the built-in choice
-        return builders.build(builtin, p, count)
-    bw = Bandwidth(info["bandwidth_Bps"]["out"], info["bandwidth_Bps"]["in"])
-    return builders.build(choice["schedule"], p, count, bw=bw, chunks=choice["chunks"])
-
 
 
 def _x(x) -> str:

@@ -68,6 +68,8 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
     row.update(switch_counts(per_iter, p99, entries))
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
+    if schedule and entries[0].get("plan_ran"):  # every rank ran the same plan
+        row["plan_ran"] = entries[0]["plan_ran"]
     return row
 
 

@@ -289,6 +289,7 @@ class Worker:
                 if k:
                     use(k)
                     entry["plan"] = b.plan_info()
+                    entry["plan_ran"] = b.plan_ran(inp)
                 if task.get("exclude_rail") is None:  # the first schedule measured times the faults
                     self.p50.setdefault(size, statistics.median(a["times"]))
                 self.say(f"{label}: {k or ''} median {statistics.median(a['times']) * 1e3:.2f} ms")

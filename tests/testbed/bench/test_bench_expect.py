@@ -6,7 +6,8 @@ from r2cc_testbed.bench import spec
 from r2cc_testbed.bench.expect import add_expectations, host_line_Bps, schedule_table
 from r2cc_serve.errors import UserError
 from r2cc_serve.sched import cost
-from r2cc_serve.sched.group import GroupSchedule
+from r2cc_serve.sched.builders import DEFAULT_SLICE_BYTES
+from r2cc_serve.sched.group import GroupSchedule, builtin_report
 
 M = 64 << 20
 RAIL = 250e6 / 8
@@ -28,14 +29,22 @@ def test_schedule_flags_are_checked():
         spec.parse_hold("h3:2:flap", 4, 4)
 
 
-def _row(schedule, p50, capacities):
+def _row(schedule, p50, capacities, kept_wins_by_us=(30000, 40000)):
+    """A row as the workers report it: sched/'s own report of what ran, after a trial whose
+    gathered (modeled, baseline) medians are ``kept_wins_by_us`` on every rank."""
     row = {"backend": "r2cc", "bytes": M, "p50_s": p50, "schedule": schedule}
-    if schedule != "builtin":
-        g = GroupSchedule(0, 4, schedule, lambda b: None, full_Bps=4 * RAIL)
-        if g.agreement:
-            g.install(capacities)
-        g.program(M // 4, 4)
-        row["plan"] = g.describe()
+    if schedule == "builtin":
+        row["plan"] = {"schedule": "builtin"}
+        row["plan_ran"] = builtin_report(M // 4, 4, one_shot_bytes=32 << 10, slice_bytes=DEFAULT_SLICE_BYTES)
+        return row
+    g = GroupSchedule(0, 4, schedule, lambda b: b, full_Bps=4 * RAIL, trial_calls=2)
+
+    def gather(mine):  # the other ranks' capacities, or the trial's medians
+        return [[c] for c in capacities] if len(mine) == 1 else [list(kept_wins_by_us)] * 4
+    for _ in range(3):
+        with g.all_reduce(M // 4, 4, gather, lambda: capacities[0]):
+            pass
+    row["plan"], row["plan_ran"] = g.describe(), g.ran(M // 4, 4)
     return row
 
 
@@ -58,11 +67,16 @@ def test_rows_get_the_bound_the_simulator_and_speedups():
 
 def test_an_auto_row_whose_trial_kept_the_builtin_choice_is_simulated_as_that():
     caps = [4 * RAIL] * 3 + [2 * RAIL]
-    row = _row("auto", 1.6, caps)
-    bucket = row["plan"]["choices"][0]["size_bucket_bytes"]
-    row["plan"]["trials"] = [{"size_bucket_bytes": bucket, "elem_bytes": 4, "modeled": "optcc", "baseline": "direct",
-                              "kept": "direct", "modeled_s": 1.9, "baseline_s": 1.6}]
+    row = _row("auto", 1.6, caps, kept_wins_by_us=(1900000, 1600000))  # the model's optcc lost its trial
+    assert row["plan"]["trials"][0]["kept"] == "direct"
     report = {"hosts": 4, "rails": 4, "rate": "250mbit", "mtu": 1500, "held_faults": ["h3:2:down", "h3:3:down"],
               "results": [row]}
     add_expectations(report)
     assert row["sim_plan"]["schedule"] == "direct"  # what the ranks ran, not the model's proposal
+
+
+def test_a_row_without_a_report_gets_no_simulation():
+    row = {"backend": "r2cc", "bytes": M, "p50_s": 1.0, "schedule": "auto", "plan_ran": None}
+    report = {"hosts": 4, "rails": 4, "rate": "250mbit", "mtu": 1500, "results": [row]}
+    add_expectations(report)
+    assert "sim_s" not in row and row["t_lb_s"] > 0
