@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from r2cc_testbed.faults import FaultSpec
+from r2cc_testbed.faults.model import FaultSpec
 from r2cc_testbed.serving import evidence, fault_run
 from r2cc_testbed.serving.fault_hold import FaultRecord
 from r2cc_testbed.serving.load import LoadSpec, compare, percentile, run_load

@@ -1,6 +1,6 @@
 """Fault injection on one host's rail: down/up, blackhole, lossy, gray, marginal, degrade, flap, clear.
 
-testbed/r2cc_testbed/faults.py says what the kinds are and how they are written; this is how the lab
+testbed/r2cc_testbed/faults/model.py says what the kinds are and how they are written; this is how the lab
 does them. Each fault acts on the host's own end of the rail (what a NIC or cable fault looks
 like from that server) and is recorded in the state file, so `status` and `clear` know what is
 active.
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from r2cc_testbed.faults import FaultSpec
+from r2cc_testbed.faults.model import FaultSpec
 from r2cc_testbed.lab import netns, shaping, state
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.nft_rules import clear_scripts, fault_scripts

@@ -2,7 +2,7 @@
 
     lab = Lab.up(hosts=2, rails=4, rate="1gbit")   # tears down an existing lab first
     lab.fault(0, 1, "blackhole"); lab.fault(0, 1, "clear")
-    lab.inject(parse_fault_text("h0:1:degrade:100mbit"))     # testbed/r2cc_testbed/faults.py
+    lab.inject(parse_fault_text("h0:1:degrade:100mbit"))     # testbed/r2cc_testbed/faults/model.py
     Lab.down()
 """
 
@@ -14,7 +14,7 @@ import time
 import uuid
 
 from r2cc_serve import envs
-from r2cc_testbed.faults import HOST_FAULTS, LAB_KINDS, SIZE_FAULTS, FaultSpec, parse_fault_words
+from r2cc_testbed.faults.model import HOST_FAULTS, LAB_KINDS, SIZE_FAULTS, FaultSpec, parse_fault_words
 from r2cc_testbed.lab import inject, mptcp, netns, ping, state, status, topology
 from r2cc_testbed.lab.layout import Layout, check_counts, check_prefix
 from r2cc_testbed.lab.nft_rules import NFT_FAULTS
@@ -150,7 +150,7 @@ class Lab:
 
     def inject(self, spec: FaultSpec, *, background: bool = False,
                progress: inject.Progress | None = None) -> threading.Thread | None:
-        """Carry out a lab kind of r2cc_testbed.faults (all-down: down on every data rail).
+        """Carry out a lab kind of r2cc_testbed.faults.model (all-down: down on every data rail).
 
         flap blocks until done unless background=True, which returns the started thread.
         progress, if given, is called with a short message at each flap step.

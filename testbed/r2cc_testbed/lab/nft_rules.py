@@ -18,7 +18,7 @@ rail MTU (check_below_mtu), and lossy and marginal draw once per batch.
 
 from __future__ import annotations
 
-from r2cc_testbed.faults import SIZE_FAULTS
+from r2cc_testbed.faults.model import SIZE_FAULTS
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.netns import LabError
 

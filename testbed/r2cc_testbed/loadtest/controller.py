@@ -17,7 +17,7 @@ import threading
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed import child_pythonpath
 
 READY_TIMEOUT_S = 60.0  # imports and namespace sockets; a loaded 2-core box may take a while

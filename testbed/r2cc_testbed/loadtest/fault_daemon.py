@@ -27,7 +27,7 @@ import urllib.parse
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from r2cc_testbed.faults import FaultSpec, parse_fault_text
+from r2cc_testbed.faults.model import FaultSpec, parse_fault_text
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.nft_rules import NFT_FAULTS, clear_scripts, fault_scripts
 from r2cc_testbed.loadtest.linkops import LineReader, LinkSwitch, NftInNamespaces, TcSessions

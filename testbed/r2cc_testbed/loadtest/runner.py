@@ -20,7 +20,7 @@ import httpx
 
 from r2cc_serve.admin.snapshot import HEALTHY
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed.loadtest import analysis
 from r2cc_testbed.loadtest.controller import FaultController
 from r2cc_testbed.loadtest.rounds import Round, RoundPlan, Target, run_round

@@ -17,7 +17,7 @@ import signal
 import sys
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import HELD_KINDS
+from r2cc_testbed.faults.model import HELD_KINDS
 from r2cc_testbed.serving import vllm_env
 from r2cc_testbed.serving.deploy import two_nodes
 from r2cc_testbed.serving.fault_hold import parse_option

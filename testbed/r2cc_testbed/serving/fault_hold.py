@@ -1,4 +1,4 @@
-"""Hold one fault of r2cc_testbed.faults while a load runs: wait after_s, inject, hold hold_s, undo.
+"""Hold one fault of r2cc_testbed.faults.model while a load runs: wait after_s, inject, hold hold_s, undo.
 
 Lab kinds (down, blackhole, degrade, flap, all-down) change the lab and are cleared at the end.
 Admin actions (drain, failover) go to the r2cc control agent of the host's rank (address and
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import HELD_KINDS, FaultSpec, labelled, parse_fault_words
+from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec, labelled, parse_fault_words
 from r2cc_testbed.serving import control
 
 

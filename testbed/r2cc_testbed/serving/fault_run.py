@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from r2cc_testbed.faults import FaultSpec
+from r2cc_testbed.faults.model import FaultSpec
 from r2cc_testbed.serving import evidence
 from r2cc_testbed.serving.fault_hold import FaultInjector, FaultRecord, check_held
 from r2cc_testbed.serving.load import LoadResult, LoadSpec, compare, run_load

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from r2cc_testbed.faults import FaultSpec
+from r2cc_testbed.faults.model import FaultSpec
 from r2cc_testbed.serving.load import LoadResult, LoadSpec, compare, run_load
 
 # Written once per worker when its weights are loaded (vLLM 0.32: "Loading weights took");

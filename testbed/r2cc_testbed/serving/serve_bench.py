@@ -26,7 +26,7 @@ import sys
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
-from r2cc_testbed.faults import HELD_KINDS, FaultSpec
+from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec
 from r2cc_testbed.serving import evidence, vllm_env
 from r2cc_testbed.serving.deploy import single_instance, two_nodes
 from r2cc_testbed.serving.fault_hold import parse_option

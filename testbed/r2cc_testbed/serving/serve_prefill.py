@@ -23,7 +23,7 @@ import sys
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import parse_steady_fault
+from r2cc_testbed.faults.model import parse_steady_fault
 from r2cc_serve.util.rates import check_rate, rate_bits
 from r2cc_testbed.serving import evidence
 from r2cc_testbed.serving.deploy import single_instance

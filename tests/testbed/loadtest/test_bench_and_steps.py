@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed.loadtest.bench_serve import bench_argv, parse_result
 from r2cc_testbed.loadtest.fault_daemon import expand
 from r2cc_testbed.loadtest.scenario import Load
