@@ -26,7 +26,7 @@ def _fault_loop(lab, stop, seed, log):
     from r2cc_testbed.faults.model import parse_fault_text
     from r2cc_testbed.lab.layout import Layout
     from r2cc_testbed.lab.nft_rules import clear_scripts, fault_scripts
-    from r2cc_testbed.loadtest.linkops import LinkSwitch, NftInNamespaces
+    from r2cc_testbed.faults.inprocess_executor import LinkSwitch, NftInNamespaces
 
     rng = random.Random(seed)
     layout = Layout(lab.prefix, lab.hosts, lab.rails)
