@@ -6,5 +6,6 @@
     lab_executor.py        the lab's: `ip`, `tc` and `nft` commands, faults recorded in its state file
     inprocess_executor.py  the load test's: no command per change (namespace sockets, libnftables,
                            tc batch processes)
-    schedule.py            timed faults: steps (a flap's downs and ups) played at their moments
+    schedule.py            timed faults: steps (a flap's downs and ups) played at their moments, and
+                           faults held until undone whatever happens (bench, serving runs, load test)
 """

@@ -162,11 +162,6 @@ class Lab:
             thread = self._inject_one(step, background, progress)
         return thread
 
-    def repair(self, spec: FaultSpec) -> None:
-        """Undo what inject(spec) did, on every rail it touched (link up, blackhole or rate cut cleared)."""
-        for undo in spec.undo(self.rails):
-            self.inject(undo)
-
     def _inject_one(self, spec: FaultSpec, background: bool, progress) -> threading.Thread | None:
         executor = self._executor(spec.host, spec.rail, progress)
         _require_privileges(("ip", "tc", "nft"))

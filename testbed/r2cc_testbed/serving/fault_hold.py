@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from r2cc_serve.errors import UserError
 from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec, labelled, parse_fault_words
+from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_testbed.serving import control
 
 
@@ -66,8 +67,8 @@ class FaultInjector:
         self._say = progress or (lambda m: print(f"[fault] {m}", file=sys.stderr, flush=True))
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, name="r2cc-serving-fault", daemon=True)
+        self._held = HeldFaults(self._apply, lab.rails, on_error=self._restore_failed)
         self._injected = False
-        self._flap: threading.Thread | None = None
 
     def __enter__(self) -> "FaultInjector":
         self._thread.start()
@@ -104,7 +105,7 @@ class FaultInjector:
     def _inject(self) -> None:
         self._injected = True
         self.record.inject_started_at = time.time()
-        self._flap = self._apply(self.spec, background=True)
+        self._held.hold(self.spec, background=True)
         self.record.injected_at = time.time()
         self._say(f"injected {self.spec.text}")
 
@@ -117,13 +118,9 @@ class FaultInjector:
     def _restore(self) -> None:
         if not self._injected or self.record.restored_at is not None:
             return
-        s = self.spec
-        if self._flap is not None:  # let the flap finish (it ends with the link up), then clear
-            self._flap.join(timeout=s.duration_s + 10)
-        for undo in s.undo(self.lab.rails):
-            try:
-                self._apply(undo)
-            except Exception as exc:
-                self.record.errors.append(f"restore rail{undo.rail}: {type(exc).__name__}: {exc}")
+        self._held.undo(flap_grace_s=10)  # a flap is let finish first (it ends with the link up)
         self.record.restored_at = time.time()
-        self._say(f"restored {s.target}")
+        self._say(f"restored {self.spec.target}")
+
+    def _restore_failed(self, undo: FaultSpec, exc: Exception) -> None:
+        self.record.errors.append(f"restore rail{undo.rail}: {type(exc).__name__}: {exc}")
