@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 from r2cc_testbed.faults.model import HOST_FAULTS, LAB_KINDS, FaultSpec
+from r2cc_testbed.faults.schedule import play_flap
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.netns import LabError
 from r2cc_testbed.lab.nft_rules import NFT_FAULTS, clear_scripts, fault_scripts
@@ -93,9 +94,8 @@ class FaultExecutor:
         self.set_rate(host, rail, self.lab_rate)
 
     def flap(self, spec: FaultSpec) -> None:
-        """spec.count cycles of down and up, by the schedule of timed faults; ends with the link up."""
-        from r2cc_testbed.faults.schedule import play_flap
-        play_flap(self, spec)
+        """spec.count cycles of down and up, timed by the schedule of timed faults; ends with the link up."""
+        play_flap(spec, lambda _n, step: self.apply(step.fault()))
 
     def noted(self, spec: FaultSpec) -> None:
         """Called once a one-rail fault (or up) is in place; keeps no record by default."""

@@ -206,3 +206,9 @@ def test_every_executor_is_one_interface():
     for cls in (LabExecutor, InProcessExecutor):
         assert issubclass(cls, FaultExecutor)
         assert cls.apply is FaultExecutor.apply and cls.clear is FaultExecutor.clear  # one dispatch
+
+
+def test_in_process_flap_is_timed_by_the_schedule(in_process):
+    executor, log = in_process
+    executor.apply(parse_fault_text("h0:2:flap:4:2"))
+    assert _take(log) == [("link", "r2ccut-h0", "rail2", up) for up in (False, True, False, True)]
