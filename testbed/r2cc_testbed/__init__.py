@@ -1,6 +1,6 @@
 """The test bed: everything that measures and exercises r2cc, none of which a serving fleet runs.
 
-    faults.py   the one fault model: kinds, text forms (h0:1:down), schedules
+    faults/     the one fault model (kinds, text forms: h0:1:down), how faults are applied, timed faults
     lab/        the fault lab: network namespaces as servers, veth rails, real faults (`r2cc lab`)
     model/      the tiny generated Llama that every serving test loads (`r2cc model make`)
     bench/      collectives against gloo, gloo over MPTCP and Open MPI (`r2cc bench`)

@@ -24,10 +24,10 @@ def _gray_fault(lab, variant: str):
     if variant.startswith("degrade:"):
         rate = variant.split(":", 1)[1]
         return (lambda: lab.fault(0, GRAY_RAIL, "degrade", rate)), (lambda: lab.fault(0, GRAY_RAIL, "clear")), None
-    from r2cc_testbed.faults import parse_fault_text
+    from r2cc_testbed.faults.model import parse_fault_text
     from r2cc_testbed.lab.layout import Layout
     from r2cc_testbed.lab.nft_rules import clear_scripts, fault_scripts
-    from r2cc_testbed.loadtest.linkops import NftInNamespaces
+    from r2cc_testbed.faults.inprocess_executor import NftInNamespaces
 
     layout = Layout(lab.prefix, lab.hosts, lab.rails)
     on = fault_scripts(layout, parse_fault_text(f"h0:{GRAY_RAIL}:{variant}"))

@@ -63,7 +63,7 @@ def _in_process_fault(lab, host, rail, kind):
     `ip`/`nft` process start can take longer than the whole collective on a busy box), and close()."""
     from r2cc_testbed.lab.layout import Layout
     from r2cc_testbed.lab.nft_rules import blackhole_script
-    from r2cc_testbed.loadtest.linkops import LinkSwitch, NftInNamespaces
+    from r2cc_testbed.faults.inprocess_executor import LinkSwitch, NftInNamespaces
 
     layout = Layout(lab.prefix, lab.hosts, lab.rails)
     ns, dev = layout.link_ends(host, rail)[0]

@@ -23,10 +23,10 @@ FAULTS = ["blackhole", "gray", "gray:out", "gray:in", "marginal:90", "lossy:5", 
 def _fault_loop(lab, stop, seed, log):
     """Rank 0's fault thread: on a random host and rail, a random fault for 0.2-1.5 s, then clear and
     a pause; never more than two rails broken at once (there is always a path)."""
-    from r2cc_testbed.faults import parse_fault_text
+    from r2cc_testbed.faults.model import parse_fault_text
     from r2cc_testbed.lab.layout import Layout
     from r2cc_testbed.lab.nft_rules import clear_scripts, fault_scripts
-    from r2cc_testbed.loadtest.linkops import LinkSwitch, NftInNamespaces
+    from r2cc_testbed.faults.inprocess_executor import LinkSwitch, NftInNamespaces
 
     rng = random.Random(seed)
     layout = Layout(lab.prefix, lab.hosts, lab.rails)

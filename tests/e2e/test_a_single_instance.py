@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_testbed.serving.fault_hold import FaultSpec
-from r2cc_testbed.serving.fault_run import run_with_fault
+from r2cc_testbed.faults.model import FaultSpec
+from r2cc_testbed.serving.fault_experiment import run_with_fault
 from tests.e2e.conftest import LOAD, assert_serves_reference_tokens_over_every_rail
 
 USES_SHARED_DEPLOYMENT = True

@@ -12,9 +12,9 @@ import pytest
 
 from r2cc_testbed.lab import mptcp
 from r2cc_testbed.serving.deploy import two_nodes
-from r2cc_testbed.serving.fault_hold import FaultSpec
+from r2cc_testbed.faults.model import FaultSpec
 from r2cc_testbed.serving.load import compare, run_load
-from r2cc_testbed.serving.fault_run import run_with_fault
+from r2cc_testbed.serving.fault_experiment import run_with_fault
 from tests.comm.harness import free_port
 from tests.conftest import require
 from tests.e2e.conftest import LOAD, SERVE_ARGS

@@ -18,7 +18,7 @@ import pytest
 
 from r2cc_testbed.serving.deploy import two_nodes
 from r2cc_testbed.serving.load import LoadSpec
-from r2cc_testbed.serving.outage import run_outage
+from r2cc_testbed.serving.outage_experiment import run_outage
 from r2cc_serve.vllm.fault_tolerance import GAVE_UP
 from tests.e2e.conftest import SERVE_ARGS
 

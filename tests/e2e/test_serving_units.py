@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from r2cc_testbed.faults import FaultSpec
-from r2cc_testbed.serving import evidence, fault_run
-from r2cc_testbed.serving.fault_hold import FaultRecord
+from r2cc_testbed.faults.model import FaultSpec
+from r2cc_testbed.serving import evidence, fault_experiment
+from r2cc_testbed.serving.fault_experiment import FaultRecord
 from r2cc_testbed.serving.load import LoadSpec, compare, percentile, run_load
 
 NEEDS = "nothing"
@@ -130,8 +130,8 @@ def _rail3(t, old, new):
 def test_recovery_wait_follows_a_flap_hold_and_only_a_hold(tmp_path, monkeypatch, held):
     """A rail held out by flap dampening past the plain wait still counts as recovered when it
     returns as its hold ends; a rail not held gets the plain wait and no more."""
-    monkeypatch.setattr(fault_run, "RECOVER_WAIT_S", 0.3)
-    monkeypatch.setattr(fault_run, "RECOVER_HELD_MAX_S", 10.0)
+    monkeypatch.setattr(fault_experiment, "RECOVER_WAIT_S", 0.3)
+    monkeypatch.setattr(fault_experiment, "RECOVER_HELD_MAX_S", 10.0)
     now = time.time()
     rail = {"rail": 3, "state": "held" if held else "down", "hold_left_s": 1.0 if held else 0.0,
             "hold_reason": "flapping" if held else "", "holds": 1, "loss_holds": 0, "flap_failures": 8}
@@ -141,7 +141,7 @@ def test_recovery_wait_follows_a_flap_hold_and_only_a_hold(tmp_path, monkeypatch
     comes_back.start()
     rec = FaultRecord(FaultSpec("flap", host=0, rail=3), inject_started_at=now - 2, injected_at=now - 2,
                       restored_at=now)
-    recovered, took, last = fault_run._wait_recovered(_Watcher(transitions), [3], rec, str(tmp_path))
+    recovered, took, last = fault_experiment._wait_recovered(_Watcher(transitions), [3], rec, str(tmp_path))
     waited = time.time() - now
     comes_back.join()
     assert recovered is held
@@ -149,7 +149,7 @@ def test_recovery_wait_follows_a_flap_hold_and_only_a_hold(tmp_path, monkeypatch
         assert 1.0 <= took < 3.0
     else:
         assert waited < 1.0  # gave up at the plain wait, did not wait for the rail
-        why = fault_run._unrecovered(last, evidence.read_status(str(tmp_path)), [3])
+        why = fault_experiment._unrecovered(last, evidence.read_status(str(tmp_path)), [3])
         assert "down" in why["rank0 rail3 last logged"] and "failures 8" in why["rank0 rail3 status file"]
 
 

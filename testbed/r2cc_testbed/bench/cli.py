@@ -18,7 +18,7 @@ import signal
 
 from r2cc_testbed.bench import spec
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import SIZE_FAULTS, labelled
+from r2cc_testbed.faults.model import SIZE_FAULTS, labelled
 from r2cc_testbed.lab.nft_rules import check_below_mtu
 
 

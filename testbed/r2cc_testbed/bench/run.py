@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from r2cc_serve import envs
 from r2cc_testbed.bench import launch as launch_mod
 from r2cc_testbed.bench import results as rep
-from r2cc_testbed.bench.faultctl import FaultController, HeldFaults
+from r2cc_testbed.bench.fault_handshake import FaultHandshake, HeldForLaunch
 from r2cc_testbed.bench.launch import say
 from r2cc_testbed.bench.spec import FLOOR, BenchFault, format_size
 from r2cc_serve.util.rates import rate_bits
@@ -92,7 +92,7 @@ class Bench:
         self.followups = opts.rails if opts.followups is None else opts.followups
         self._names = itertools.count()
         self._live: list[launch_mod.Launch] = []
-        self._ctls: list[FaultController] = []
+        self._ctls: list[FaultHandshake] = []
 
     # ---- public ------------------------------------------------------------------------
     def run(self) -> dict:
@@ -228,9 +228,9 @@ class Bench:
         la = self.hosts.start(name, cfg_path, self.tmp, backend, o.spin_us)
         self._live.append(la)
         from torch.distributed import PrefixStore
-        ctl = FaultController(self.hosts.lab, PrefixStore(name + "/", self.store), o.hosts, fault_tasks,
+        ctl = FaultHandshake(self.hosts.lab, PrefixStore(name + "/", self.store), o.hosts, fault_tasks,
                               done_timeout_s=per_fault + 10)
-        held = HeldFaults(self.hosts.lab, PrefixStore(name + "/", self.store), o.holds if cfg["hold"] else [])
+        held = HeldForLaunch(self.hosts.lab, PrefixStore(name + "/", self.store), o.holds if cfg["hold"] else [])
         self._ctls += [ctl, held]
 
         def poll() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from r2cc_serve.errors import UserError
 from r2cc_serve.health.monitor import SPIN_COUNTERS
 from r2cc_testbed.lab import baselines
-from r2cc_testbed.faults import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
+from r2cc_testbed.faults.model import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
 
 # Not a library: a plain TCP ring all_reduce over the same rails, no failover (bench/tcp_floor.py).
 FLOOR = "tcp-floor"
@@ -103,7 +103,7 @@ def check_op_size(op: str, size: int, world: int) -> None:
 
 @dataclass(frozen=True)
 class BenchFault:
-    """A lab fault (r2cc_testbed.faults) injected `at` (a fraction) into a fault-free op's duration."""
+    """A lab fault (r2cc_testbed.faults.model) injected `at` (a fraction) into a fault-free op's duration."""
     text: str  # as the user wrote it, for the report
     fault: FaultSpec
     at: float

@@ -10,7 +10,16 @@ baselines (MPTCP endpoints, how the gloo baselines are put on the rails), sessio
 the length of a run), cli (`r2cc lab`).
 """
 
-from r2cc_testbed.lab.lab import Lab
 from r2cc_testbed.lab.netns import LabError
 
 __all__ = ["Lab", "LabError"]
+
+
+def __getattr__(name: str):
+    # Lab is imported when first asked for: it applies faults through r2cc_testbed.faults, whose
+    # executors are built on this package's modules (layout, netns, nft_rules), so importing it
+    # here, before those, would make a circle.
+    if name == "Lab":
+        from r2cc_testbed.lab.lab import Lab
+        return Lab
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

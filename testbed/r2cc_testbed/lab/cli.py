@@ -13,7 +13,7 @@ import sys
 
 from r2cc_serve import envs
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FLAP_DEFAULTS, LAB_KINDS, parse_fault_words
+from r2cc_testbed.faults.model import FLAP_DEFAULTS, LAB_KINDS, parse_fault_words
 from r2cc_testbed.lab.lab import Lab
 from r2cc_testbed.lab.layout import check_counts
 from r2cc_serve.util.rates import check_rate

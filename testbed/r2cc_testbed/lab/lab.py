@@ -2,7 +2,7 @@
 
     lab = Lab.up(hosts=2, rails=4, rate="1gbit")   # tears down an existing lab first
     lab.fault(0, 1, "blackhole"); lab.fault(0, 1, "clear")
-    lab.inject(parse_fault_text("h0:1:degrade:100mbit"))     # testbed/r2cc_testbed/faults.py
+    lab.inject(parse_fault_text("h0:1:degrade:100mbit"))     # testbed/r2cc_testbed/faults/model.py
     Lab.down()
 """
 
@@ -14,15 +14,15 @@ import time
 import uuid
 
 from r2cc_serve import envs
-from r2cc_testbed.faults import HOST_FAULTS, LAB_KINDS, SIZE_FAULTS, FaultSpec, parse_fault_words
-from r2cc_testbed.lab import inject, mptcp, netns, ping, state, status, topology
+from r2cc_testbed.faults.executor import LAB_DOES
+from r2cc_testbed.faults.lab_executor import FlapThread, LabExecutor, LabRecord, Progress
+from r2cc_testbed.faults.model import SIZE_FAULTS, FaultSpec, parse_fault_words
+from r2cc_testbed.lab import mptcp, netns, ping, state, status, topology
 from r2cc_testbed.lab.layout import Layout, check_counts, check_prefix
-from r2cc_testbed.lab.nft_rules import NFT_FAULTS
 from r2cc_serve.util.rates import check_rate
 from r2cc_testbed.lab.netns import LabError
 
 _UP_TOOLS = ("ip", "tc", "nft", "sysctl")
-_LAB_DOES = LAB_KINDS + HOST_FAULTS  # admin actions go through r2cc's control plane instead
 
 
 class Lab:
@@ -143,49 +143,33 @@ class Lab:
     # --- faults, status, probes -----------------------------------------------------------
 
     def fault(self, host: int, rail: int, kind: str, arg=None, *, background: bool = False,
-              progress: inject.Progress | None = None) -> threading.Thread | None:
+              progress: Progress | None = None) -> threading.Thread | None:
         """Inject (or undo) a fault on host's end of rail; arg: degrade's rate, lossy's percentage,
         flap's (period_ms, count), gray's [DIR] [BYTES] and marginal's PCT [DIR] (one value or a tuple)."""
         return self.inject(_lab_spec(kind, host, rail, arg), background=background, progress=progress)
 
     def inject(self, spec: FaultSpec, *, background: bool = False,
-               progress: inject.Progress | None = None) -> threading.Thread | None:
-        """Carry out a lab kind of r2cc_testbed.faults (all-down: down on every data rail).
+               progress: Progress | None = None) -> threading.Thread | None:
+        """Carry out a lab kind of r2cc_testbed.faults.model (all-down: down on every data rail).
 
         flap blocks until done unless background=True, which returns the started thread.
         progress, if given, is called with a short message at each flap step.
         """
-        if spec.kind not in _LAB_DOES:
-            raise LabError(f"{spec.kind} is not a lab fault: the lab does {', '.join(_LAB_DOES)}")
+        if spec.kind not in LAB_DOES:
+            raise LabError(f"{spec.kind} is not a lab fault: the lab does {', '.join(LAB_DOES)}")
         thread = None
         for step in spec.per_rail(self.rails):
             thread = self._inject_one(step, background, progress)
         return thread
 
-    def repair(self, spec: FaultSpec) -> None:
-        """Undo what inject(spec) did, on every rail it touched (link up, blackhole or rate cut cleared)."""
-        for undo in spec.undo(self.rails):
-            self.inject(undo)
-
     def _inject_one(self, spec: FaultSpec, background: bool, progress) -> threading.Thread | None:
-        target = self._target(spec.host, spec.rail)
+        executor = self._executor(spec.host, spec.rail, progress)
         _require_privileges(("ip", "tc", "nft"))
-        if spec.kind == "down":
-            inject.link_down(target)
-        elif spec.kind == "up":
-            inject.link_up(target)
-        elif spec.kind in NFT_FAULTS:
-            inject.nft_fault(target, spec, self.mtu)
-        elif spec.kind == "clear":
-            inject.clear(target, self.rate)
-        elif spec.kind == "degrade":
-            inject.degrade(target, spec.rate)
-        elif background:  # only flap is left
-            thread = inject.FlapThread(target, spec.period_ms, spec.count, progress)
+        if spec.kind == "flap" and background:
+            thread = FlapThread(executor, spec)
             thread.start()
             return thread
-        else:
-            inject.flap(target, spec.period_ms, spec.count, progress)
+        executor.apply(spec)
         return None
 
     def status(self) -> dict:
@@ -201,13 +185,14 @@ class Lab:
         """
         return ping.ping(None if host is None else self.host_ns(host), dst_ip, timeout_s)
 
-    def _target(self, host: int, rail: int) -> inject.Target:
+    def _executor(self, host: int, rail: int, progress: Progress | None) -> LabExecutor:
+        """The lab's executor, once host and rail are known to exist."""
         self._layout.check_host(host)
         self._layout.check_rail(rail)
         if not netns.netns_exists(self._layout.host_ns(host)):
             raise LabError(f"namespace {self._layout.host_ns(host)} does not exist: "
                            "the lab is down; run `r2cc lab up`")
-        return inject.Target(self._layout, host, rail, self.state_path, self._recorded["id"])
+        return LabExecutor(self._layout, self.rate, self.mtu, LabRecord(self.state_path, self._recorded["id"]), progress)
 
     def __repr__(self) -> str:
         return (f"Lab(prefix={self.prefix!r}, hosts={self.hosts}, rails={self.rails}, "
@@ -216,8 +201,8 @@ class Lab:
 
 def _lab_spec(kind: str, host: int, rail: int, arg) -> FaultSpec:
     """The FaultSpec of Lab.fault's positional form, e.g. ("flap", (200, 3))."""
-    if kind not in _LAB_DOES:
-        raise LabError(f"unknown fault kind {kind!r}: use one of {', '.join(_LAB_DOES)}")
+    if kind not in LAB_DOES:
+        raise LabError(f"unknown fault kind {kind!r}: use one of {', '.join(LAB_DOES)}")
     if kind == "degrade":
         return FaultSpec(kind, host, rail, rate=arg)
     if kind == "lossy":

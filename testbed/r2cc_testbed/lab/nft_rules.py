@@ -1,5 +1,5 @@
-"""The nftables rulesets of lab faults, written once for both ways of applying them (`nft` in
-lab/inject.py, and the fault daemon's open nftables contexts in loadtest/linkops.py).
+"""The nftables rulesets of lab faults, written once for both fault executors (`nft` commands in
+faults/lab_executor.py, open nftables contexts in faults/inprocess_executor.py).
 
 Each fault is one table per host and rail (a lossy, gray or marginal rail: one at each end of
 its link), so a fault is replaced or removed whole. Every script is one transaction: "add
@@ -18,7 +18,7 @@ rail MTU (check_below_mtu), and lossy and marginal draw once per batch.
 
 from __future__ import annotations
 
-from r2cc_testbed.faults import SIZE_FAULTS
+from r2cc_testbed.faults.model import SIZE_FAULTS
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.netns import LabError
 

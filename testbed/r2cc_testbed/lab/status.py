@@ -7,7 +7,7 @@ true even if someone changed a link by hand.
 
 from __future__ import annotations
 
-from r2cc_testbed.faults import SIZE_FAULTS
+from r2cc_testbed.faults.model import SIZE_FAULTS
 from r2cc_testbed.lab import mptcp, netns, shaping, state
 from r2cc_testbed.lab.layout import Layout
 

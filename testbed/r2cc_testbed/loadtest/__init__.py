@@ -5,8 +5,8 @@
     r2cc loadtest report DIR                             re-render the report from saved results
 
 Parts: scenario.py (the YAML), bench_serve.py (`vllm bench serve` argv and its result file),
-controller.py + fault_daemon.py + linkops.py (faults applied on schedule by a real-time
-process), sampler.py (/metrics and NIC counters every 0.5 s), rounds.py (one round),
+controller.py + schedule_daemon.py (faults applied on schedule by a real-time process, through
+faults/inprocess_executor.py), sampler.py (/metrics and NIC counters every 0.5 s), rounds.py (one round),
 runner.py (a scenario: deployments, interleaved rounds), intervals.py (bootstrap intervals of
 overheads), analysis.py, figures.py, report.py.
 """

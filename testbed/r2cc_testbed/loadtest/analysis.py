@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from r2cc_testbed.faults import HELD_KINDS, parse_fault_text
+from r2cc_testbed.faults.model import HELD_KINDS, parse_fault_text
 from r2cc_testbed.loadtest.bench_serve import Request
 from r2cc_testbed.loadtest.rounds import Round
 from r2cc_testbed.loadtest.scenario import METRICS, PERCENTILES

@@ -1,4 +1,4 @@
-"""The runner's handle on the fault daemon (fault_daemon.py): start it once, play schedules, stop it.
+"""The runner's handle on the fault daemon (schedule_daemon.py): start it once, play schedules, stop it.
 
     with FaultController(lab, admin_url=dep.url, token=token, host_labels={0: "node0", 1: "node1"}) as ctl:
         ctl.play(t0, scenario.schedule)      # returns at once; the daemon keeps time
@@ -17,7 +17,7 @@ import threading
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed import child_pythonpath
 
 READY_TIMEOUT_S = 60.0  # imports and namespace sockets; a loaded 2-core box may take a while
@@ -36,7 +36,7 @@ class FaultController:
     def __enter__(self) -> "FaultController":
         env = dict(os.environ, PYTHONPATH=child_pythonpath(os.environ.get("PYTHONPATH")))
         self._log = open(self._log_path, "ab")
-        self._proc = subprocess.Popen([sys.executable, "-m", "r2cc_testbed.loadtest.fault_daemon"],
+        self._proc = subprocess.Popen([sys.executable, "-m", "r2cc_testbed.loadtest.schedule_daemon"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                       env=env, start_new_session=True)
         threading.Thread(target=self._read, name="r2cc-loadtest-faultd", daemon=True).start()

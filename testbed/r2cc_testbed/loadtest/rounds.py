@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed.loadtest import bench_serve as bench
 from r2cc_testbed.loadtest.sampler import Sampler
 from r2cc_testbed.serving.procs import log_tail, session_pids

@@ -20,7 +20,8 @@ import httpx
 
 from r2cc_serve.admin.snapshot import HEALTHY
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule, FaultSpec
+from r2cc_testbed.faults.schedule import undo_faults
 from r2cc_testbed.loadtest import analysis
 from r2cc_testbed.loadtest.controller import FaultController
 from r2cc_testbed.loadtest.rounds import Round, RoundPlan, Target, run_round
@@ -188,16 +189,18 @@ def _restore(lab, schedule: FaultSchedule, rnd: Round, ctl, entry: dict) -> None
     """Leave no fault behind a faulted round: clear every rail the schedule touched (the lab's own,
     slower path, which also fixes its state file), and undo admin actions a cut-short schedule left."""
     finished = rnd.schedule_outcome == "finished"
-    for spec in schedule.entries:
-        for undo in spec.undo(lab.rails):
-            try:
-                if not undo.is_admin:
-                    lab.inject(undo)
-                elif not finished:
-                    ctl.play(time.monotonic(), FaultSchedule((dataclasses.replace(undo, after_s=0.0),)))
-                    ctl.wait(15.0)
-            except Exception as exc:  # reported; the next round's readiness check catches the rest
-                entry["notes"].append(f"restoring {undo.text} after {rnd.plan['kind']}-{rnd.plan['pair']}: {exc}")
+
+    def undo(spec: FaultSpec, _background: bool) -> None:
+        if not spec.is_admin:
+            lab.inject(spec)
+        elif not finished:
+            ctl.play(time.monotonic(), FaultSchedule((dataclasses.replace(spec, after_s=0.0),)))
+            ctl.wait(15.0)
+
+    def failed(spec: FaultSpec, exc: Exception) -> None:  # the next round's readiness check catches the rest
+        entry["notes"].append(f"restoring {spec.text} after {rnd.plan['kind']}-{rnd.plan['pair']}: {exc}")
+
+    undo_faults(schedule.entries, undo, lab.rails, on_error=failed)
 
 
 def _serial_check(sc: Scenario, target: Target, entry: dict, say, tag: str, checkpoint) -> None:

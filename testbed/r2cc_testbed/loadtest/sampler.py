@@ -110,7 +110,7 @@ class Sampler:
 
     def _nic_loop(self) -> None:
         """Runs inside host_ns for good: /proc/thread-self/net/dev then lists that namespace's devices."""
-        from r2cc_testbed.loadtest.linkops import enter_netns
+        from r2cc_testbed.faults.inprocess_executor import enter_netns
 
         raise_thread_priority(SAMPLER_NICE)
         fd = os.open(os.path.join(NETNS_DIR, self.host_ns), os.O_RDONLY)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule, labelled
+from r2cc_testbed.faults.model import FaultSchedule, labelled
 from r2cc_serve.util.rates import check_rate
 from r2cc_testbed.serving import vllm_env
 

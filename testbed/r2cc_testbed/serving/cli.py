@@ -23,14 +23,14 @@ def _prefill(args) -> int:
 
 
 def _outage(args) -> int:
-    from r2cc_testbed.serving import outage
+    from r2cc_testbed.serving import outage_experiment
 
-    return outage.run(args)
+    return outage_experiment.run(args)
 
 
 def register(sub) -> None:
     # Light imports only (httpx, the lab): torch and vLLM are never imported by the CLI process.
-    from r2cc_testbed.serving import demo, outage, serve_bench, serve_prefill
+    from r2cc_testbed.serving import demo, outage_experiment, serve_bench, serve_prefill
 
     p = sub.add_parser("demo", help="vLLM TP=2 on two lab hosts; a rail dies mid-stream; report",
                        description=demo.__doc__.split("\n")[0])
@@ -48,6 +48,6 @@ def register(sub) -> None:
     f.set_defaults(func=_prefill)
 
     o = sub.add_parser("serve-outage", help="every rail of a host down: vLLM with and without --enable-fault-tolerance",
-                       description=outage.__doc__.split("\n")[0])
-    outage.add_arguments(o)
+                       description=outage_experiment.__doc__.split("\n")[0])
+    outage_experiment.add_arguments(o)
     o.set_defaults(func=_outage)

@@ -17,14 +17,14 @@ import signal
 import sys
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import HELD_KINDS
+from r2cc_testbed.faults.model import HELD_KINDS
 from r2cc_testbed.serving import vllm_env
 from r2cc_testbed.serving.deploy import two_nodes
-from r2cc_testbed.serving.fault_hold import parse_option
+from r2cc_testbed.serving.fault_experiment import parse_option
 from r2cc_testbed.lab.session import lab_session
 from r2cc_testbed.serving.load import LoadSpec, run_load
 from r2cc_testbed.serving.model_dir import temp_model
-from r2cc_testbed.serving.fault_run import run_with_fault
+from r2cc_testbed.serving.fault_experiment import run_with_fault
 from r2cc_serve.util.durations import millis, seconds
 
 

@@ -26,15 +26,15 @@ import sys
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
-from r2cc_testbed.faults import HELD_KINDS, FaultSpec
+from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec
 from r2cc_testbed.serving import evidence, vllm_env
 from r2cc_testbed.serving.deploy import single_instance, two_nodes
-from r2cc_testbed.serving.fault_hold import parse_option
+from r2cc_testbed.serving.fault_experiment import parse_option
 from r2cc_testbed.lab.session import lab_session
 from r2cc_testbed.serving.load import LoadSpec, percentile, compare, run_load
 from r2cc_testbed.serving.model_dir import temp_model
 from r2cc_testbed.serving.procs import sessions_cpu_s
-from r2cc_testbed.serving.fault_run import run_with_fault
+from r2cc_testbed.serving.fault_experiment import run_with_fault
 from r2cc_serve.util.durations import millis
 
 ROUND_KEYS = ("tokens_per_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s", "itl_max_s", "cpu_s_per_token")

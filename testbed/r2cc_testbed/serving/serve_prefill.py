@@ -23,7 +23,8 @@ import sys
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import parse_steady_fault
+from r2cc_testbed.faults.model import parse_steady_fault
+from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_serve.util.rates import check_rate, rate_bits
 from r2cc_testbed.serving import evidence
 from r2cc_testbed.serving.deploy import single_instance
@@ -158,11 +159,9 @@ def _deployment_round(lab, model: str, schedule: str, holds, spec: LoadSpec, arg
                                     # the planner's rail rate: the lab's, as an operator sets the NICs'
                                     "R2CC_RAIL_BPS": str(rate_bits(args.rate) / 8)},
                          extra_args=("--dtype", "float32", "--max-model-len", "2048")) as dep:
-        injected = []
-        try:
+        with HeldFaults.on_lab(lab) as faults:
             for h in holds:
-                lab.inject(h)
-                injected.append(h)
+                faults.hold(h)
             time.sleep(SETTLE_S)
             held = evidence.read_status(dep.status_dir)
             # connections out of service once the faults are held: proof they bit
@@ -170,9 +169,6 @@ def _deployment_round(lab, model: str, schedule: str, holds, spec: LoadSpec, arg
             load0 = os.getloadavg()[0]
             res = run_load(dep.url, dep.model, spec)
             status = evidence.read_status_now(dep.status_dir)
-        finally:
-            for h in injected:
-                lab.repair(h)
     return res, {"ok": len(res.ok), "failed": len(res.failed),
                  "ttft_s": [r.ttft_s for r in res.ok if r.ttft_s is not None],
                  "planned": _planned(status, args.prompt_tokens * 256 * 4), "conns_out": out,

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from r2cc_serve.cli import main as cli_main
-from r2cc_testbed.faults import parse_fault_text
+from r2cc_testbed.faults.model import parse_fault_text
 from r2cc_testbed.lab import netns
 from r2cc_testbed.lab.ping import socket_in_netns
 from r2cc_testbed.lab.session import lab_session

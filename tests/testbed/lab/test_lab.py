@@ -17,7 +17,7 @@ import time
 import pytest
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSpec, parse_fault_text
+from r2cc_testbed.faults.model import FaultSpec, parse_fault_text
 from r2cc_testbed.lab import Lab, LabError
 from r2cc_testbed.lab.cli import parse_host, parse_rail
 from r2cc_serve.util.rates import check_rate

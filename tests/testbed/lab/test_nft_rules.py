@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from r2cc_testbed.faults import FaultSpec, parse_fault_text
+from r2cc_testbed.faults.model import FaultSpec, parse_fault_text
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.netns import LabError
 from r2cc_testbed.lab.nft_rules import check_below_mtu, clear_scripts, fault_scripts

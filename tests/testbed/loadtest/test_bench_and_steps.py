@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed.loadtest.bench_serve import bench_argv, parse_result
-from r2cc_testbed.loadtest.fault_daemon import expand
+from r2cc_testbed.faults.schedule import expand
 from r2cc_testbed.loadtest.scenario import Load
 
 
@@ -74,7 +74,7 @@ def test_line_reader_never_waits_past_its_timeout():
     import os
     import time
 
-    from r2cc_testbed.loadtest.linkops import LineReader
+    from r2cc_testbed.faults.inprocess_executor import LineReader
 
     r, w = os.pipe()
     reader = LineReader(r)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from r2cc_testbed.faults import FaultSchedule
+from r2cc_testbed.faults.model import FaultSchedule
 from r2cc_testbed.lab import netns
 from r2cc_testbed.lab.layout import Layout
 

@@ -1,7 +1,8 @@
 """Parent side of the fault hand-shake (see worker.py): inject at the right moment, then clear.
 
 poll() is called every few ms while a launch runs; it never blocks longer than one fault
-delay. Every fault that was injected is cleared, also when the launch dies or is killed.
+delay. Every fault that was injected is cleared, also when the launch dies or is killed: the
+faults are held by the scheduler of timed faults (faults/schedule.py), which undoes them.
 """
 
 from __future__ import annotations
@@ -11,20 +12,24 @@ import sys
 import time
 
 from r2cc_testbed.bench.spec import BenchFault
+from r2cc_testbed.faults.schedule import HeldFaults
 
 
-class FaultController:
+class FaultHandshake:
+    """The faults of a launch's fault tasks, each injected when the workers ask and cleared once
+    they are done with it."""
+
     def __init__(self, lab, store, world: int, fault_tasks: list[dict], done_timeout_s: float):
         self.lab, self.store, self.world = lab, store, world
         self.tasks = fault_tasks  # in the order the workers run them
         self.done_timeout_s = done_timeout_s
         self.injected: dict[int, dict] = {}  # n -> {"go", "injected_at", "cleared_at", "error"}
         self._i = 0
-        self._active = None  # (n, spec, flap thread, deadline)
+        self._active = None  # (n, held fault, deadline)
 
     def poll(self) -> None:
         if self._active is not None:
-            n, _spec, _thread, deadline = self._active
+            n, _held, deadline = self._active
             if int(self.store.add(f"fault/{n}/done", 0)) >= self.world or time.monotonic() > deadline:
                 self._clear()
             return
@@ -39,26 +44,24 @@ class FaultController:
         self.store.set(f"fault/{n}/go", "1")
         go = time.time()
         time.sleep(max(0.0, go + delay - time.time()))
-        # The kernel change happens somewhere inside lab.fault (it execs `ip`/`nft`, tens of ms
+        # The kernel change happens somewhere inside lab.inject (it execs `ip`/`nft`, tens of ms
         # on a loaded box): keep both ends; injected_at (the end) is when it surely happened.
         record = {"go": go, "delay_s": delay, "call_start": time.time(), "injected_at": None, "error": None}
         self.injected[n] = record
-        thread = None
+        held = HeldFaults.on_lab(self.lab)
         try:
-            thread = self.lab.inject(spec.fault, background=True)
+            held.hold(spec.fault, background=True)
             record["injected_at"] = time.time()
         except Exception as exc:  # a lab failure is reported with the fault, not fatal
             record["error"] = f"{type(exc).__name__}: {exc}"
             print(f"[bench] fault {spec.text} could not be injected: {exc}", file=sys.stderr, flush=True)
-        self._active = (n, spec, thread, time.monotonic() + self.done_timeout_s)
+        self._active = (n, held, time.monotonic() + self.done_timeout_s)
         self._i += 1
 
     def _clear(self) -> None:
-        n, spec, thread, _ = self._active
+        n, held, _ = self._active
         self._active = None
-        if thread is not None:  # a flap ends with the link up; let it finish first
-            thread.join(timeout=spec.fault.duration_s + 5)
-        self.lab.repair(spec.fault)
+        held.undo()  # a flap is let finish first (it ends with the link up)
         self.injected[n]["cleared_at"] = time.time()
         self.store.set(f"fault/{n}/cleared", "1")
 
@@ -68,25 +71,27 @@ class FaultController:
             self._clear()
 
 
-class HeldFaults:
+class HeldForLaunch:
     """Faults held for a whole r2cc launch (--hold-fault): injected when rank 0 asks (hold/req,
     once the group is up), announced with hold/go, cleared when the launch ends."""
 
     def __init__(self, lab, store, holds: list[BenchFault]):
         self.lab, self.store, self.holds = lab, store, holds
+        self._held: HeldFaults | None = None
         self._injected: list[BenchFault] = []
         self.error: str | None = None
 
     def poll(self) -> None:
-        if self._injected or self.error or not self.holds or not self.store.check(["hold/req"]):
+        if self._held is not None or self.error or not self.holds or not self.store.check(["hold/req"]):
             return
+        self._held = HeldFaults.on_lab(self.lab)
         drains = []
         for h in self.holds:
             if h.fault.kind == "drain":  # an admin action: the rank of that host does it
                 drains.append([h.fault.host, h.fault.rail])
                 continue
             try:
-                self.lab.inject(h.fault)
+                self._held.hold(h.fault)
                 self._injected.append(h)
             except Exception as exc:  # reported; the workers then measure without it
                 self.error = f"{h.text}: {type(exc).__name__}: {exc}"
@@ -95,6 +100,5 @@ class HeldFaults:
         self.store.set("hold/go", json.dumps({"held": held, "drains": drains, "error": self.error}))
 
     def finish(self) -> None:
-        for h in self._injected:
-            self.lab.repair(h.fault)
-        self._injected.clear()
+        if self._held is not None:
+            self._held.undo()

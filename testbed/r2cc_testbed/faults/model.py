@@ -26,7 +26,7 @@ Text forms, all read by one parser:
 A FaultSchedule is a list of {at: SECONDS, do: NOTATION} entries (as read from YAML).
 
 This module is pure (no lab, no processes): bad input fails before anything is built. The lab
-(lab/lab.py) injects lab kinds, serving/faults.py holds one fault during a load, the bench
+(lab/lab.py) injects lab kinds, serving/fault_experiment.py holds one fault during a load, the bench
 (bench/spec.py) places one at a fraction of an op.
 """
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from r2cc_testbed.faults import FaultSpec
+from r2cc_testbed.faults.model import FaultSpec
+from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_testbed.serving.load import LoadResult, LoadSpec, compare, run_load
 
 # Written once per worker when its weights are loaded (vLLM 0.32: "Loading weights took");
@@ -135,11 +136,12 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
     mid = threading.Thread(target=_long_requests, args=(dep, 1, 16, queued, hold_s + 120), daemon=True,
                            name="outage-queued")
     spec = FaultSpec("all-down", host=host)
+    held = HeldFaults.on_lab(lab, on_error=lambda undo, exc: out.errors.append(f"restore rail {undo.rail}: {exc}"))
     with httpx.Client(trust_env=False) as client:
         t.start()
         time.sleep(after_s)
         try:
-            lab.inject(spec)
+            held.hold(spec)
             out.injected_at = time.time()
             say(f"[outage] every data rail of host {host} down")
             last = None
@@ -155,11 +157,7 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
                     out.unhealthy_at = time.time()
                 time.sleep(0.1)
         finally:
-            for undo in spec.undo(lab.rails):
-                try:
-                    lab.inject(undo)
-                except Exception as exc:  # noqa: BLE001 - reported; the others are still restored
-                    out.errors.append(f"restore rail {undo.rail}: {exc}")
+            held.undo()  # every rail, each on its own: a failure is reported, the others still restored
             out.restored_at = time.time()
             say(f"[outage] rails of host {host} back")
         t.join(timeout=hold_s + 150)

@@ -1,4 +1,4 @@
-"""The one fault model (testbed/r2cc_testbed/faults.py): kinds, text forms, validation, schedules. Pure."""
+"""The one fault model (testbed/r2cc_testbed/faults/model.py): kinds, text forms, validation, schedules. Pure."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from r2cc_testbed import faults
+from r2cc_testbed.faults import model as faults
 from r2cc_serve.cli import main as cli_main
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults import FaultSchedule, FaultSpec, parse_fault_text, parse_fault_words
-from r2cc_testbed.serving.fault_hold import check_held, parse_option
+from r2cc_testbed.faults.model import FaultSchedule, FaultSpec, parse_fault_text, parse_fault_words
+from r2cc_testbed.serving.fault_experiment import check_held, parse_option
 
 # notation -> (what the spec holds, how it reads): one row per kind.
 EVERY_KIND = {

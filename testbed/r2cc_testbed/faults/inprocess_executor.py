@@ -1,15 +1,17 @@
-"""Lab faults done inside one process, with no command started: link flags and nftables.
+"""The in-process fault executor: lab faults made with no command started per change.
 
-The lab CLI starts `ip`/`nft` for each change; under serving load a process start at nice 0
-waits seconds for a CPU. Here everything is opened once, before the round:
+The lab's executor starts `ip`/`nft` for each change; under serving load a process start at
+nice 0 waits seconds for a CPU. Here everything is opened once, before a round (the load test's
+fault daemon holds one InProcessExecutor):
   - one socket per namespace (created inside it, lab/ping.py): SIOCSIFFLAGS on that socket sets
     a link down or up in that namespace, SIOCGIFFLAGS reads whether the kernel sees a carrier;
   - libnftables through ctypes, called with this thread inside the host's namespace (setns),
-    for the blackhole table (same table name as the lab's, so `r2cc lab fault ... clear` and
-    the lab's own clear remove it too).
+    for the nftables faults (the same tables as the lab's, so `r2cc lab fault ... clear` and
+    the lab's own clear remove them too).
   - one `tc -batch -` process per namespace, started before the round, for rate changes
     (degrade, and clear after one): a command written to it is done in well under a millisecond,
     where a `tc` process started per change took 10-110 ms under load (4 rails: 180 ms).
+What a kind does is FaultExecutor.apply's (executor.py); this is how it is done in-process.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import subprocess
 import time
 from typing import Iterator
 
+from r2cc_testbed.faults.executor import Check, FaultExecutor
 from r2cc_testbed.lab.layout import Layout
 from r2cc_testbed.lab.shaping import shape_args
 from r2cc_testbed.lab.netns import NETNS_DIR, LabError
@@ -198,3 +201,41 @@ class TcSessions:
 def enter_netns(fd: int, what: str) -> None:
     if _libc.setns(fd, _CLONE_NEWNET) != 0:
         raise LabError(f"setns into {what} failed: {os.strerror(ctypes.get_errno())} (needs root)")
+
+
+class InProcessExecutor(FaultExecutor):
+    """Lab faults through open namespace sockets, libnftables and tc batch processes.
+
+    set_link returns a check on the link state (operstate) the kernel shows. Rates: only a rail
+    this executor degraded gets the lab's rate back on clear (a tc change costs even here)."""
+
+    def __init__(self, layout: Layout, lab_rate: str | None, mtu: int | None):
+        super().__init__(layout, lab_rate, mtu)
+        hosts = [layout.host_ns(i) for i in range(layout.hosts)]
+        namespaces = hosts + ([layout.switch_ns] if layout.switched else [])
+        self.links = LinkSwitch(namespaces)
+        self.nft = NftInNamespaces(namespaces)  # a lossy or gray rail's far end may be the switch
+        self.tc = TcSessions(namespaces)
+        self.degraded: set[tuple[int, int]] = set()
+
+    def set_link(self, host: int, rail: int, up: bool) -> Check:
+        """Down: the check is that the peer's end has lost its carrier. Up: that our end has a
+        carrier again. The kernel updates that state from a worker thread (linkwatch), so it may
+        lag the change itself."""
+        (ns, dev), (peer_ns, peer_dev) = self.layout.link_ends(host, rail)
+        self.links.set_up(ns, dev, up)
+        if up:
+            return lambda: self.links.carrier(ns, dev)
+        return lambda: not self.links.carrier(peer_ns, peer_dev)
+
+    def run_nft(self, ns: str, script: str) -> None:
+        self.nft.run(ns, script)
+
+    def set_rate(self, host: int, rail: int, rate: str | None) -> None:
+        self.tc.set_rate(self.layout, host, rail, rate)
+        self.degraded.add((host, rail))
+
+    def restore_rate(self, host: int, rail: int) -> None:
+        if (host, rail) in self.degraded:
+            self.tc.set_rate(self.layout, host, rail, self.lab_rate)
+            self.degraded.discard((host, rail))
