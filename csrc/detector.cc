@@ -127,7 +127,10 @@ void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_
   int64_t freshest_rx = 0;            // when it last did (a rail quiet meanwhile is mute: gray.cc)
   for (auto& cp : p.conns)
     if (is_connected(cp->state)) freshest_rx = std::max(freshest_rx, cp->last_rx_ns.load());
-  if (p.all_quiet && freshest_rx > p.freshest_rx_ns) p.spoke_again_ns = freshest_rx;
+  if (p.all_quiet && freshest_rx > p.freshest_rx_ns) {
+    p.pause_ns = freshest_rx - p.freshest_rx_ns;
+    p.spoke_again_ns = freshest_rx;
+  }
   p.freshest_rx_ns = freshest_rx;
   p.all_quiet = freshest_rx && now - freshest_rx > timeout_ns / 2;
   for (auto& cp : p.conns) {

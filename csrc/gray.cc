@@ -134,7 +134,7 @@ void TransportImpl::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t sil
   // come back as its threads get a CPU, in any order, and a writer descheduled mid-frame keeps its
   // rail quiet (no heartbeat can go between a frame's bytes). Seen: a rail quiet across the whole
   // pause set aside a pass after another spoke, and one quiet 77 ms just after the pause.
-  if (!c.quiet.mute(now, quiet_ns, freshest_rx_ns, p.spoke_again_ns)) return;
+  if (!c.quiet.mute(now, quiet_ns, freshest_rx_ns, p.spoke_again_ns, p.pause_ns)) return;
   suspect_conn_locked(c, IoCause::kTimeout,
                       where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                           " ms while its other rails delivered (its data is stuck on this path)",

@@ -32,7 +32,7 @@ void TransportImpl::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   // memory and the sender retransmits, though the path loses nothing: start afresh a second
   // after it (those drops are retransmitted on the timer, after the peer is back). A pause too
   // short to be called a stall counts the same: 30 stops of 0.3 s held a clean rail for loss.
-  if (LossJudge::peer_pause_excuses(now, p.stalled_since_ns, p.spoke_again_ns)) {
+  if (LossJudge::peer_pause_excuses(now, p.stalled_since_ns, p.spoke_again_ns, p.pause_ns)) {
     judge.restart();
     return;
   }

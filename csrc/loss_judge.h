@@ -47,10 +47,14 @@ class LossJudge {
   explicit LossJudge(const Params& p) : p_(p) {}
   bool enabled() const { return p_.hold_pct > 0; }
 
-  // A paused peer process (stalled, or speaking again under kWindowMinNs ago) makes its sender
-  // retransmit though the path loses nothing: no window runs across it.
-  static bool peer_pause_excuses(int64_t now, int64_t stalled_since_ns, int64_t spoke_again_ns) {
-    return stalled_since_ns || (spoke_again_ns && now - spoke_again_ns < kWindowMinNs);
+  // A paused peer process (stalled, or speaking again under kWindowMinNs ago after a pause of at
+  // least kPauseExcusedNs) makes its sender retransmit though the path loses nothing: no window
+  // runs across it. Shorter pauses (a starved host's blips) excuse nothing: on a loaded box they
+  // came often enough to keep a lossy rail's window from ever filling.
+  static constexpr int64_t kPauseExcusedNs = 100000000;
+  static bool peer_pause_excuses(int64_t now, int64_t stalled_since_ns, int64_t spoke_again_ns, int64_t pause_ns) {
+    return stalled_since_ns ||
+           (spoke_again_ns && pause_ns >= kPauseExcusedNs && now - spoke_again_ns < kWindowMinNs);
   }
   void restart() { epoch_ = 0; }  // the next sample starts a new window
 

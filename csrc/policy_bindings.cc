@@ -92,7 +92,7 @@ void bind_loss(py::module_& m) {
         py::arg("hold_pct") = 0.5, py::arg("min_segments") = 1000)
       .def_property_readonly("enabled", &LossJudge::enabled)
       .def_static("peer_pause_excuses", &LossJudge::peer_pause_excuses, py::arg("now"), py::arg("stalled_since_ns"),
-                  py::arg("spoke_again_ns"))
+                  py::arg("spoke_again_ns"), py::arg("pause_ns"))
       .def("restart", &LossJudge::restart)
       .def("take_sample", &LossJudge::take_sample, py::arg("now"), py::arg("epoch"))
       // A judged window as a dict (pct, segs, seconds, spread), or None.
@@ -161,7 +161,7 @@ void bind_quiet(py::module_& m) {
            py::arg("stall_end_ns"), py::arg("quiet_ns"))
       .def_property_readonly("path_dead", &QuietJudge::path_dead)
       .def("mute", &QuietJudge::mute, py::arg("now"), py::arg("quiet_ns"), py::arg("freshest_rx_ns"),
-           py::arg("spoke_again_ns"));
+           py::arg("spoke_again_ns"), py::arg("pause_ns"));
 }
 
 void bind_progress(py::module_& m) {

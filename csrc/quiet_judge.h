@@ -81,11 +81,13 @@ class QuietJudge {
 
   // A rail quiet for its quiet time with its path alive is mute (the peer's data is stuck on
   // it) when another rail of the peer spoke within half the rail timeout (its process runs),
-  // unless the peer spoke again after a pause of its process (spoke_again_ns) less than
-  // max(quiet time, peer_silence_ms) ago: its rails then come back one by one, in any order.
-  bool mute(int64_t now, int64_t quiet_ns, int64_t freshest_rx_ns, int64_t spoke_again_ns) const {
+  // unless the peer spoke again after a pause of its process (spoke_again_ns) of pause_ns less
+  // than max(quiet time, twice the pause, at most peer_silence_ms) ago: its rails then come back
+  // one by one, in any order, as its threads get a CPU (the longer the pause, the more to catch
+  // up; a blip of a starved host costs little detection time).
+  bool mute(int64_t now, int64_t quiet_ns, int64_t freshest_rx_ns, int64_t spoke_again_ns, int64_t pause_ns) const {
     if (now - freshest_rx_ns >= ms(p_.rail_timeout_ms) / 2) return false;
-    return now - spoke_again_ns >= std::max(quiet_ns, ms(p_.peer_silence_ms));
+    return now - spoke_again_ns >= std::max(quiet_ns, std::min(2 * pause_ns, ms(p_.peer_silence_ms)));
   }
 
  private:

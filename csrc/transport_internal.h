@@ -218,6 +218,7 @@ struct TransportImpl::Peer {
   int64_t freshest_rx_ns = 0;                        // the newest byte on any rail, at the last pass
   bool all_quiet = false;                            // at the last pass, every rail had been quiet
   int64_t spoke_again_ns = 0;                        // when it spoke again after such a pause
+  int64_t pause_ns = 0;                              // how long that pause was (newest byte before to after)
   bool closed = false;                               // the peer closed its communicator (goodbye)
 
   void wake_writers() {  // work any of this peer's writers may take (new chunks, a state change)

@@ -23,10 +23,16 @@ def test_enabled_only_with_a_positive_hold_pct():
 
 
 def test_a_paused_peer_excuses_a_second_from_when_it_spoke_again():
-    assert LJ.peer_pause_excuses(T0, stalled_since_ns=T0 - 5 * S, spoke_again_ns=0)
-    assert not LJ.peer_pause_excuses(T0, stalled_since_ns=0, spoke_again_ns=0)
-    assert LJ.peer_pause_excuses(T0, 0, T0 - S + 1)
-    assert not LJ.peer_pause_excuses(T0, 0, T0 - S)
+    pause = 300 * MS
+    assert LJ.peer_pause_excuses(T0, stalled_since_ns=T0 - 5 * S, spoke_again_ns=0, pause_ns=0)
+    assert not LJ.peer_pause_excuses(T0, stalled_since_ns=0, spoke_again_ns=0, pause_ns=0)
+    assert LJ.peer_pause_excuses(T0, 0, T0 - S + 1, pause)
+    assert not LJ.peer_pause_excuses(T0, 0, T0 - S, pause)
+
+
+def test_a_blip_under_100ms_excuses_nothing():
+    assert LJ.peer_pause_excuses(T0, 0, T0 - 10 * MS, 100 * MS)
+    assert not LJ.peer_pause_excuses(T0, 0, T0 - 10 * MS, 100 * MS - 1)
 
 
 def test_samples_at_most_every_250ms_unless_the_socket_changed():

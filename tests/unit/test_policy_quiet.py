@@ -95,15 +95,19 @@ def test_a_dead_path_ends_when_the_peer_speaks_or_the_socket_changes():
 def test_mute_needs_another_rail_heard_within_half_a_rail_timeout():
     q = judge()
     now, quiet = T0 + 10_000 * MS, 60 * MS
-    assert q.mute(now, quiet, now - 30 * MS + 1, 0)
-    assert not q.mute(now, quiet, now - 30 * MS, 0)
+    assert q.mute(now, quiet, now - 30 * MS + 1, 0, 0)
+    assert not q.mute(now, quiet, now - 30 * MS, 0, 0)
 
 
 def test_no_mute_while_the_peer_catches_up_after_a_pause():
     q = judge()
     now = T0 + 10_000 * MS
-    # The grace is max(quiet time, peer_silence_ms) from when the peer spoke again.
-    assert not q.mute(now, 60 * MS, now, now - 400 * MS + 1)
-    assert q.mute(now, 60 * MS, now, now - 400 * MS)
-    assert not q.mute(now, 500 * MS, now, now - 500 * MS + 1)
-    assert q.mute(now, 500 * MS, now, now - 500 * MS)
+    # The grace is max(quiet time, twice the pause, capped at peer_silence_ms) from when the
+    # peer spoke again: a 3 s stop and a 300 ms one wait 400 ms, a 40 ms blip 80 ms.
+    for pause in (3000 * MS, 300 * MS):
+        assert not q.mute(now, 60 * MS, now, now - 400 * MS + 1, pause)
+        assert q.mute(now, 60 * MS, now, now - 400 * MS, pause)
+    assert not q.mute(now, 60 * MS, now, now - 80 * MS + 1, 40 * MS)
+    assert q.mute(now, 60 * MS, now, now - 80 * MS, 40 * MS)
+    assert not q.mute(now, 500 * MS, now, now - 500 * MS + 1, 3000 * MS)  # never under the quiet time
+    assert q.mute(now, 500 * MS, now, now - 500 * MS, 3000 * MS)
