@@ -14,6 +14,16 @@ from tests.comm.harness import store_barrier
 
 
 
+def _pids_and_inputs(rank, world, store, sizes):
+    """Publishes this rank's pid (rank 0 stops rank 1 by it); every rank's input of each size and
+    their sum; returns once every rank is there."""
+    store.set(f"pid/{rank}", str(os.getpid()))
+    inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
+    wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
+    store_barrier(store, "go", rank, world)
+    return sizes, inputs, wants
+
+
 def stopped_peer(rank, world, store, stop_s, opts):
     """Rank 0 stops rank 1 (SIGSTOP) for stop_s while both run 4 KiB and 1 MiB all_reduces.
 
@@ -21,11 +31,7 @@ def stopped_peer(rank, world, store, stop_s, opts):
     exact, and rank 0 reports rank 1 as stalled (with its rails still up) while it lasts."""
     comm = open_comm(rank, world, store, **opts)
     try:
-        store.set(f"pid/{rank}", str(os.getpid()))
-        sizes = (1024, 1 << 18)
-        inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
-        wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
-        store_barrier(store, "go", rank, world)
+        sizes, inputs, wants = _pids_and_inputs(rank, world, store, (1024, 1 << 18))
         seen = {}
         if rank == 0:
             victim = int(store.get("pid/1"))
@@ -195,11 +201,7 @@ def repeated_stops(rank, world, store, cycles, stop_s, in_lab, opts):
     else:
         comm = open_comm(rank, world, store, **opts)
     try:
-        store.set(f"pid/{rank}", str(os.getpid()))
-        sizes = (1024, 1 << 16)
-        inputs = {n: [make_input(r, n, torch.float32) for r in range(world)] for n in sizes}
-        wants = {n: reference_reduce(v, "sum") for n, v in inputs.items()}
-        store_barrier(store, "go", rank, world)
+        sizes, inputs, wants = _pids_and_inputs(rank, world, store, (1024, 1 << 16))
         if rank == 0:
             victim = int(store.get("pid/1"))
 
