@@ -149,6 +149,9 @@ void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
   // only to a peer that is reading: a probe is bytes too, and a stopped process's kernel stops
   // acknowledging once its buffers are full, which would read as a dead path.
   if (!is_connected(c.state) || c.writing || !c.inflight.empty()) return;
+  // A drained rail carries no bytes (the operator's promise), once proven: a re-dialed one is
+  // still probed, or it could never take chunks after the undrain.
+  if ((rail_drained_[c.rail] || c.peer_drained) && c.proven) return;
   if (now - c.probe_sent_ns < ms_ns(opt_.rail_timeout_ms) / 2) return;
   if (p.stalled_since_ns || now - c.last_rx_ns.load() > ms_ns(opt_.rail_timeout_ms)) return;
   if (io_->bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested
