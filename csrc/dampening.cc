@@ -26,8 +26,10 @@
 
 namespace r2cc {
 
+bool TransportImpl::drained_locked(const Conn& c) const { return rail_drained_[c.rail] || c.peer_drained; }
+
 RailState TransportImpl::connected_state_locked(const Conn& c) const {
-  if (rail_drained_[c.rail] || c.peer_drained) return c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
+  if (drained_locked(c)) return c.inflight.empty() ? RailState::kDrained : RailState::kDraining;
   if (c.damp.holding(now_ns()) || c.peer_holds) return RailState::kHeld;
   return RailState::kUp;
 }

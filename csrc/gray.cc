@@ -151,7 +151,7 @@ void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
   if (!is_connected(c.state) || c.writing || !c.inflight.empty()) return;
   // A drained rail carries no bytes (the operator's promise), once proven: a re-dialed one is
   // still probed, or it could never take chunks after the undrain.
-  if ((rail_drained_[c.rail] || c.peer_drained) && c.proven) return;
+  if (drained_locked(c) && c.proven) return;
   if (now - c.probe_sent_ns < ms_ns(opt_.rail_timeout_ms) / 2) return;
   if (p.stalled_since_ns || now - c.last_rx_ns.load() > ms_ns(opt_.rail_timeout_ms)) return;
   if (io_->bytes_unacked(c.fd) != 0) return;  // bytes still on their way: the path is being tested

@@ -183,6 +183,8 @@ class TransportImpl {
   void restore_conn_locked(Conn& c);  // restore_rail: no hold, no penalty, at both ends
   // The state a connected rail settles in: drained (by either side) before held before up.
   RailState connected_state_locked(const Conn& c) const;
+  // An operator drained this rail, at this end or the peer's.
+  bool drained_locked(const Conn& c) const;
 
   // operator_actions.cc [under mu_; the public calls take it]: each action atomic under mu_; a refused one
   // changes nothing. Also the stats and the state signature (copies under mu_).
