@@ -2,21 +2,29 @@
 metadata lives in pyproject.toml)."""
 
 import glob
+import os
 import runpy
 
 from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 
+# Built on the machine that runs it, so native vector units (AVX2/AVX-512) are safe. R2CC_MARCH names
+# another target for a copy that runs elsewhere (the emulated RDMA guest: qemu's TCG has no AVX-512).
+MARCH = os.environ.get("R2CC_MARCH") or "native"
+
+# RDMA rails need libibverbs' headers to build (the library itself is loaded at run time, so
+# the core still imports on hosts without it); without them the build has TCP rails only.
+VERBS = "csrc/verbs" if os.path.exists("/usr/include/infiniband/verbs.h") else "csrc/no_verbs"
+
 ext = Pybind11Extension(
     "r2cc_serve._C",
-    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/sched/*.cc")),
+    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/sched/*.cc") + glob.glob(f"{VERBS}/*.cc")),
     include_dirs=["csrc"],
     # A header edit alone rebuilds too (else objects built against an old struct layout mix).
-    depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/sched/*.h")),
+    depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/sched/*.h") + glob.glob("csrc/verbs/*.h")),
     cxx_std=17,
-    # Built on the machine that runs it, so native vector units (AVX2/AVX-512) are safe.
-    extra_compile_args=["-O3", "-march=native", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    extra_link_args=["-pthread"],
+    extra_compile_args=["-O3", f"-march={MARCH}", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    extra_link_args=["-pthread", "-ldl"],
 )
 
 PINS = runpy.run_path("r2cc_serve/pins.py")

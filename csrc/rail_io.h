@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "net.h"
 
@@ -83,5 +84,9 @@ class RailProvider {
 
 // The TCP provider (tcp_rail.cc): one socket per link. Stateless; one instance for the process.
 RailProvider& tcp_rail_provider();
+
+// The provider for a transport's rails: TCP alone, or TCP and verbs side by side when any rail
+// is named "rdma:<ip>" (verbs/rail.cc; a build without verbs headers refuses such rails).
+RailProvider& rail_provider_for(const std::vector<std::string>& rails);
 
 }  // namespace r2cc

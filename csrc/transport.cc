@@ -37,7 +37,7 @@ const char* rail_state_name(RailState s) {
 TransportImpl::TransportImpl(int rank, int world, std::vector<std::string> rail_ips, std::string netns, std::string secret,
                              uint64_t group_hash, TransportOptions opt)
     : rank_(rank), world_(world), rail_ips_(std::move(rail_ips)), netns_(std::move(netns)),
-      group_hash_(group_hash), opt_(opt), io_(&tcp_rail_provider()) {
+      group_hash_(group_hash), opt_(opt), io_(&rail_provider_for(rail_ips_)) {
   if (world_ < 1 || rank_ < 0 || rank_ >= world_)
     throw std::invalid_argument("r2cc: rank " + std::to_string(rank) + " is outside world size " +
                                 std::to_string(world));
