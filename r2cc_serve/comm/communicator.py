@@ -21,7 +21,7 @@ import torch
 from r2cc_serve import envs
 from r2cc_serve.comm.errors import translate_errors
 from r2cc_serve.errors import PeerGaveUpError, UserError
-from r2cc_serve.comm.rail_names import resolve_rails
+from r2cc_serve.comm.rail_names import resolve_rail_kinds, transport_names
 from r2cc_serve.comm.rendezvous import Rendezvous
 
 try:
@@ -99,7 +99,9 @@ class Communicator(RailOperations):
         """Everything that can fail before the group is up: this rank's rails and schedule, then
         meeting the other ranks through the store and connecting every rail to each."""
         rank, world_size, group, netns = self.rank, self.world_size, self.group, self.netns
-        self.rail_ips = resolve_rails(self.rail_names, netns)
+        resolved = resolve_rail_kinds(self.rail_names, netns)
+        self.rail_ips = [ip for ip, _ in resolved]
+        self.rail_kinds = [kind for _, kind in resolved]  # "tcp" or "rdma" (verbs)
         self._lock = threading.Lock()
         self._durations = DurationHistogram()
         self._tuning = BuiltinTuning.from_knobs(world_size)
@@ -113,7 +115,8 @@ class Communicator(RailOperations):
         opt = transport_options(fallback_rails=self.num_fallback, **options)
         self.port_range = tuple(opt.port_range)  # the control agent listens in it too
         with translate_errors():
-            self._t = _C.Transport(rank, world_size, self.rail_ips, netns_path, secret, group_hash, opt)
+            self._t = _C.Transport(rank, world_size, transport_names(resolved), netns_path, secret, group_hash,
+                                     opt)
         try:
             meet.publish(list(zip(self.rail_ips, self._t.listen_ports())))
             addrs = meet.peers(len(self.rail_ips))

@@ -4,6 +4,7 @@
     r2cc doctor --rails eth1,eth2,eth3,eth4 --peer 10.0.1.2,10.0.2.2,10.0.3.2,10.0.4.2
     r2cc doctor --config configs/rails-node.yaml --peers peers.txt  # the communicator's rail map
     r2cc doctor --lab                                               # every host of the fault lab
+    r2cc doctor --rdma --rails rxe0:1,rxe1:1                        # RDMA ports: state, MTU, GIDs
 
 Exit 0: every check ok; 1: a problem (each printed on one line with its fix); 2: bad input.
 """
@@ -35,6 +36,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                       help="answer other nodes' checks on every rail until Ctrl-C (run it on each node)")
     mode.add_argument("--lab", action="store_true",
                       help="the fault lab: a responder in every lab host, then the checks from each")
+    mode.add_argument("--rdma", action="store_true",
+                      help="list this host's RDMA ports (state, MTU, IPv4 GIDs) and check the RDMA rails "
+                           "--rails names (device:port)")
     p.add_argument("--rails", help="this host's rails in rail order: interface names or IPv4 addresses "
                                    "(default: R2CC_RAILS, or the rails of --config / R2CC_CONFIG)")
     p.add_argument("--config", metavar="FILE", help="the communicator's rail map (YAML, as R2CC_CONFIG takes)")
@@ -61,6 +65,10 @@ def _run(args) -> int:
             raise UserError("--lab belongs to the test bed: run it as `r2cc doctor --lab` where r2cc_testbed "
                             "is installed")
         return args.lab_func(args)
+    if args.rdma:
+        from r2cc_serve.doctor import rdma
+
+        return rdma.run([x.strip() for x in (args.rails or "").split(",") if x.strip()], args.json)
     specs, netns = _rail_specs(args)
     if netns:
         netinfo.enter_netns(netns)  # before any thread starts: they inherit it
