@@ -55,8 +55,10 @@ def _child(fn, rank, world, port, args, q):
         q.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def run_ranks(fn, world: int, *args, timeout: float = 120.0):
-    ctx = mp.get_context("spawn")
+def run_ranks(fn, world: int, *args, timeout: float = 120.0, start_method: str = "spawn"):
+    """start_method "fork" spares each rank importing torch again (in the emulated RDMA guest
+    an import takes over a minute); "spawn" is the default: nothing of the parent leaks in."""
+    ctx = mp.get_context(start_method)
     q = ctx.Queue()
     from torch.distributed import TCPStore
 
