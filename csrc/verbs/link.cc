@@ -378,9 +378,24 @@ int VerbsLink::unacked_bytes() {
   return int(bytes_posted_ - bytes_acked_);
 }
 
+// The port going down is evidence at once: the adapter would take up to its retry limit (half a
+// second) to fail the queue pair, and rxe fails it with "local QP operation error" only then.
+void VerbsLink::check_port_locked(int64_t now) {
+  constexpr int64_t kPortCheckNs = 10000000;
+  if (now - port_checked_ns_ < kPortCheckNs || err_.load()) return;
+  port_checked_ns_ = now;
+  const ibv_port_state st = verbs_port_state(port_);
+  if (st == IBV_PORT_ACTIVE || st == IBV_PORT_NOP) return;
+  fail(ENETDOWN, "rdma " + port_.device + ": port " + std::to_string(port_.port) + " is " +
+                     (st == IBV_PORT_DOWN ? "DOWN" : "not ACTIVE") + " (its link went down)");
+  uint64_t v = 1;
+  (void)!::write(ready_fd_, &v, sizeof v);  // the reader wakes and reads the failure
+}
+
 PathInfo VerbsLink::path_info() {
   std::lock_guard<std::mutex> g(tx_mu_);
   reap_sends_locked();
+  check_port_locked(now_ns());
   PathInfo pi;
   pi.ok = connected_ && err_.load() == 0;
   pi.unacked = uint32_t(bytes_posted_ - bytes_acked_);

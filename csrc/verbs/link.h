@@ -76,6 +76,7 @@ class VerbsLink {
   void take_receives();
   bool post_receive(int slot);
   void set_readable_signal(bool on);
+  void check_port_locked(int64_t now);
 
   const VerbsPort& port_;
   int boot_fd_ = -1;
@@ -107,6 +108,7 @@ class VerbsLink {
   uint32_t tx_len_[kSlots] = {};
   uint64_t bytes_posted_ = 0, bytes_acked_ = 0;
   int64_t last_ack_ns_ = 0;
+  int64_t port_checked_ns_ = 0;  // the port's state is asked at most every kPortCheckNs
 
   mutable std::mutex err_mu_;
   std::atomic<int> err_{0};  // errno-style cause of the first failure

@@ -40,11 +40,24 @@ def is_ipv4(text: str) -> bool:
         return False
 
 
+def _ip_path_of(spec: str) -> str:
+    """An RDMA rail (rdma:<interface or IPv4>, <device>:<port>) is checked over its netdev's IPv4
+    path (its port itself: `r2cc doctor --rdma`); other specs are returned as they are."""
+    from r2cc_serve.comm import rdma_devices
+    from r2cc_serve.comm.rail_names import RDMA_PREFIX
+
+    if spec.startswith(RDMA_PREFIX):
+        return spec[len(RDMA_PREFIX):]
+    port = rdma_devices.find_port(spec) if ":" in spec else None
+    return (port.roce_v2_ipv4() or spec) if port else spec
+
+
 def resolve_rails(specs: list[str], ifaces: dict[str, Iface]) -> list[Rail]:
     """Each rail's interface and address. An interface name takes its first IPv4 address, as
     the communicator does (csrc/net.cc iface_ipv4)."""
     rails = []
     for k, spec in enumerate(specs):
+        spec = _ip_path_of(spec)
         if is_ipv4(spec):
             iface = holder(ifaces, spec)
             if iface is None:

@@ -8,9 +8,12 @@ down` on the netdev under a rail's RDMA device (its port goes DOWN, its queue pa
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 import pathlib
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -37,7 +40,16 @@ def guest_ip(rank: int, rail: int) -> str:
 
 
 def set_link(netdev: str, up: bool) -> None:
-    subprocess.run(["ip", "link", "set", netdev, "up" if up else "down"], check=True, timeout=20)
+    """`ip link set NETDEV up|down`, done in this process by ioctl: under emulation starting an
+    `ip` process from a rank (torch loaded) takes a second or more, which would count as detection."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sh22x", netdev.encode(), 0)
+        flags = struct.unpack("16sh22x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
+        flags = (flags | IFF_UP) if up else (flags & ~IFF_UP)
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", netdev.encode(), flags))
+
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
 def _totals(comm) -> dict:
@@ -117,6 +129,8 @@ def link_down_mid_collective(rank, world, store, n, rail):
                     break
                 time.sleep(0.005)
         during = _totals(comm)
+        rail_error = [s["last_error"] for s in comm.rail_stats() if s["rail"] == rail]
+        silence = [s["last_detect_s"] for s in comm.rail_stats() if s["rail"] == rail]
         store_barrier(store, "measured", rank, world)
         if rank == 0:
             set_link(guest_netdev(0, rail), True)
@@ -127,7 +141,8 @@ def link_down_mid_collective(rank, world, store, n, rail):
         return {"exact": bits_equal(got, want), "exact_after": all(bits_equal(a, want) for a in after),
                 "in_flight_at_fault": "at" in fault, "took_s": took, "detected_s": detected_s,
                 "failovers": during["failovers"], "resent_bytes": during["resent_bytes"],
-                "readmit_s": readmit_s, "rail_bytes_after": _totals(comm)["sent_by_rail"][rail] - before}
+                "readmit_s": readmit_s, "rail_bytes_after": _totals(comm)["sent_by_rail"][rail] - before,
+                "rail_error": rail_error, "silence_before_detect_s": silence}
     finally:
         store_barrier(store, "end", rank, world)
         comm.close()
