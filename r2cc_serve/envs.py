@@ -311,6 +311,13 @@ _knob("R2CC_LAB_STATE", "/run/r2cc-lab/state.json", str,
       "Where the lab records what it built, for status/fault/down (unset: "
       "/run/r2cc-lab/<prefix>-state.json for a prefix other than r2cc).")
 
+# --- emulated RDMA guest (r2cc lab guest) --------------------------------------
+_knob("R2CC_GUEST_CACHE", "/var/cache/r2cc-guest", str,
+      "Where `r2cc lab guest build` keeps the guest's kernel, initramfs and portable C++ core.")
+_knob("R2CC_MARCH", "native", str,
+      "-march the C++ core is compiled for (setup.py reads it; the emulated guest's copy uses "
+      "x86-64-v3, which qemu's TCG runs, where the host's native build may not).")
+
 # --- logging ------------------------------------------------------------------
 _knob("R2CC_LOG_LEVEL", "WARNING", str, "Python log level of r2cc_serve loggers.")
 
