@@ -6,17 +6,19 @@ the host's root shared read-only, in which a command runs against real verbs dev
     kernel.py       the kernel package unpacked: vmlinux and modules
     initramfs.py    the busybox initramfs (stage1_init.sh) that mounts the host's root
     core.py         a portable build of the C++ core (-march the emulator runs)
-    build.py        all of the above, cached (`r2cc lab guest build`)
+    builder.py      all of the above, cached (`r2cc lab guest build`)
     topology.py     the rails in the guest: names, addresses, set-up script, env for the command
     job.py          what a run leaves on the guest's share for guest_init.sh
     qemu.py         the qemu command line
-    run.py          boot, run one command, power off (`r2cc lab guest run`)
+    runner.py       boot, run one command, power off; a shell (`r2cc lab guest run`)
     cli.py          `r2cc lab guest build|run|shell`
+    pingpong.py     ibv_rc_pingpong over one rail, from inside the guest
+    pytest_job.py   a pytest module run inside the guest, its junit XML read back
 
 Facts measured in the guest are about function and failover, never performance (all emulated).
 """
 
-from r2cc_testbed.guest.build import Build, build
-from r2cc_testbed.guest.run import GuestResult, run
+from r2cc_testbed.guest.builder import Build, build
+from r2cc_testbed.guest.runner import GuestResult, run, shell
 
-__all__ = ["Build", "GuestResult", "build", "run"]
+__all__ = ["Build", "GuestResult", "build", "run", "shell"]

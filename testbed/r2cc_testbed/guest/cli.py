@@ -49,6 +49,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkout", help="checkout to run in (default: the one r2cc_serve imports from)")
 
 
+def _check_rails(n: int) -> None:
+    from r2cc_serve.errors import UserError
+
+    if not 0 <= n <= topology.MAX_RAILS:
+        raise UserError(f"--rails {n}: use 0..{topology.MAX_RAILS}")
+
+
 def _build(args) -> int:
     from r2cc_testbed.guest import build
 
@@ -65,7 +72,7 @@ def _run(args) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UserError("r2cc lab guest run: give a command after --, e.g. r2cc lab guest run -- ibv_devices")
-    topology.rails(args.rails)  # a bad count fails here, before any build
+    _check_rails(args.rails)  # before any build
     live = None if args.quiet else (lambda line: print(line, flush=True))
     result = run(" ".join(command), rails=args.rails, timeout_s=args.timeout, out_dir=args.out, on_line=live,
                  checkout=args.checkout)
@@ -76,7 +83,7 @@ def _run(args) -> int:
 
 
 def _shell(args) -> int:
-    from r2cc_testbed.guest.run import shell
+    from r2cc_testbed.guest import shell
 
-    topology.rails(args.rails)
+    _check_rails(args.rails)
     return shell(args.rails, checkout=args.checkout)

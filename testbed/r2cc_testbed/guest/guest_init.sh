@@ -35,7 +35,8 @@ if [ $rails_rc != 0 ]; then
 fi
 set -a; source $J/rails.env; set +a
 cd "$GUEST_CHECKOUT"
-export PATH="$GUEST_PATH_PREFIX:$PATH" PYTHONPATH="$GUEST_PYTHONPATH" R2CC_GUEST_OUT=/r2cc-out
+export PATH="$GUEST_PATH_PREFIX:$PATH" PYTHONPATH="$GUEST_PYTHONPATH" R2CC_GUEST_OUT=/r2cc-out \
+    R2CC_GUEST_CORE="$GUEST_CORE_SO"
 echo "r2cc-guest: command start uptime=$(cut -d' ' -f1 /proc/uptime)"
 timeout -k 5 "$GUEST_TIMEOUT_S" bash $J/command.sh < /dev/null 2>&1 | tee $J/output.log
 rc=${PIPESTATUS[0]}

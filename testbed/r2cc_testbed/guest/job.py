@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 from r2cc_testbed.guest import topology
-from r2cc_testbed.guest.build import Build
+from r2cc_testbed.guest.builder import Build
 
 JOB = ".job"
 GUEST_OUT = "/r2cc-out"

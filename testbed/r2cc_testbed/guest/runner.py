@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from r2cc_testbed.guest import job, qemu
-from r2cc_testbed.guest.build import Build, build as build_guest
+from r2cc_testbed.guest.builder import Build, build as build_guest
 
 MARK = "r2cc-guest:"  # guest_init.sh's lines for the host
 _ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|c)")  # the firmware's terminal resets and colours
 BOOT_TIMEOUT_S = 300.0
 GRACE_S = 30.0  # past the command's timeout: the guest's own `timeout -k 5` acts first
 POWEROFF_TIMEOUT_S = 60.0
+_HUNG = {"boot": "the guest did not start the command", "command": "the command did not end",
+         "power-off": "the guest did not power off"}
 
 
 @dataclass
@@ -36,6 +38,7 @@ class GuestResult:
     console: str  # everything the guest printed (kernel, init, command)
     out_dir: str  # the share: what the command wrote to $R2CC_GUEST_OUT
     boot_s: float | None  # qemu start to the command's start (kernel, init, modules, rails)
+    up_s: float | None  # qemu start to the guest's own init (kernel and initramfs): part of boot_s
     command_s: float | None
     total_s: float
     problem: str | None = None  # what went wrong outside the command (a hang, a crash), else None
@@ -80,7 +83,7 @@ def run(command: str | Sequence[str], rails: int = 2, timeout_s: float = 600.0, 
     if rc is None and problem is None:
         problem = "the guest powered off before the command ended (see the console)"
     return GuestResult(rc=rc, output=_read(os.path.join(jobdir, "output.log")), console="\n".join(watch.lines),
-                       out_dir=out_dir, boot_s=watch.span("start", "command start"),
+                       out_dir=out_dir, boot_s=watch.span("start", "command start"), up_s=watch.span("start", "up"),
                        command_s=watch.span("command start", "command end"), total_s=watch.span("start", "exit") or 0.0,
                        problem=problem)
 
@@ -123,15 +126,20 @@ class _Console:
                 line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 limit = {"boot": boot_s, "command": command_s, "power-off": poweroff_s}[phase]
-                return f"hung: no {phase} within {limit:.0f} s; killed"
+                return f"hung: {_HUNG[phase]} within {limit:g} s; killed"
             if line is None:
-                self.proc.wait(timeout=30)
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    return "hung: qemu closed its console but did not exit within 30 s; killed"
                 self.at["exit"] = time.monotonic()
                 return None
             self.lines.append(line)
             if self._on_line:
                 self._on_line(line)
-            if line.startswith(MARK + " command start"):
+            if line.startswith(MARK + " up"):
+                self.at["up"] = time.monotonic()
+            elif line.startswith(MARK + " command start"):
                 self.at["command start"] = time.monotonic()
                 phase, deadline = "command", time.monotonic() + command_s
             elif line.startswith(MARK + " rails failed"):
