@@ -137,15 +137,17 @@ class _Console:
             self.lines.append(line)
             if self._on_line:
                 self._on_line(line)
-            if line.startswith(MARK + " up"):
+            # The mark may follow the firmware's last words on the same line ("Booting from ROM..").
+            said = line[line.index(MARK) + len(MARK):].strip() if MARK in line else ""
+            if said.startswith("up "):
                 self.at["up"] = time.monotonic()
-            elif line.startswith(MARK + " command start"):
+            elif said.startswith("command start"):
                 self.at["command start"] = time.monotonic()
                 phase, deadline = "command", time.monotonic() + command_s
-            elif line.startswith(MARK + " rails failed"):
+            elif said.startswith("rails failed"):
                 self.at["rails failed"] = time.monotonic()
                 phase, deadline = "power-off", time.monotonic() + poweroff_s
-            elif line.startswith(MARK + " command end"):
+            elif said.startswith("command end"):
                 self.at["command end"] = time.monotonic()
                 phase, deadline = "power-off", time.monotonic() + poweroff_s
 
