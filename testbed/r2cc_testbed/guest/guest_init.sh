@@ -1,7 +1,7 @@
 #!/bin/bash
 # The guest's init after switch_root (root: the host's / read-only under a tmpfs overlay; the
 # run's share at /r2cc-out). It sets up the system, the kernel's RDMA and the rails, runs the
-# job's command in the checkout and powers off. Lines starting "r2cc-guest:" are read by the host.
+# job's command in the checkout (or a shell) and powers off. Lines "r2cc-guest: ..." are for the host.
 J=/r2cc-out/.job
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -18,25 +18,22 @@ mkdir -p /lib/modules && ln -sfn "$GUEST_MODULES" "/lib/modules/$(uname -r)"
 rm -f "$GUEST_CHECKOUT"/r2cc_serve/_C.*.so && ln -s "$GUEST_CORE_SO" "$GUEST_CHECKOUT/r2cc_serve/"
 ip link set lo up
 
-if grep -qw r2cc.shell=1 /proc/cmdline; then
-    bash $J/rails.sh $J/rails.env
-    set -a; source $J/rails.env; set +a
-    cd "$GUEST_CHECKOUT"; export PATH="$GUEST_PATH_PREFIX:$PATH" PYTHONPATH="$GUEST_PYTHONPATH"
-    echo "r2cc-guest: shell (exit or Ctrl-D powers off)"
-    setsid bash -c 'exec bash -i </dev/ttyS0 >/dev/ttyS0 2>&1'
-    off
-fi
-
-echo "r2cc-guest: setup start"
 bash $J/rails.sh $J/rails.env > $J/rails.log 2>&1; rails_rc=$?
 cat $J/rails.log
-if [ $rails_rc != 0 ]; then
-    echo "r2cc-guest: rails failed rc=$rails_rc"; echo 125 > $J/rc; off
-fi
 set -a; source $J/rails.env; set +a
 cd "$GUEST_CHECKOUT"
 export PATH="$GUEST_PATH_PREFIX:$PATH" PYTHONPATH="$GUEST_PYTHONPATH" R2CC_GUEST_OUT=/r2cc-out \
     R2CC_GUEST_CORE="$GUEST_CORE_SO"
+
+if grep -qw r2cc.shell=1 /proc/cmdline; then
+    [ $rails_rc = 0 ] || echo "r2cc-guest: rails failed rc=$rails_rc (a shell anyway)"
+    echo "r2cc-guest: shell (exit or Ctrl-D powers off)"
+    setsid bash -c 'exec bash -i </dev/ttyS0 >/dev/ttyS0 2>&1'
+    off
+fi
+if [ $rails_rc != 0 ]; then
+    echo "r2cc-guest: rails failed rc=$rails_rc"; echo 125 > $J/rc; off
+fi
 echo "r2cc-guest: command start uptime=$(cut -d' ' -f1 /proc/uptime)"
 timeout -k 5 "$GUEST_TIMEOUT_S" bash $J/command.sh < /dev/null 2>&1 | tee $J/output.log
 rc=${PIPESTATUS[0]}
