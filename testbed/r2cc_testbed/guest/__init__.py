@@ -14,6 +14,7 @@ the host's root shared read-only, in which a command runs against real verbs dev
     cli.py          `r2cc lab guest build|run|shell`
     pingpong.py     ibv_rc_pingpong over one rail, from inside the guest
     pytest_job.py   a pytest module run inside the guest, its junit XML read back
+    rdma_facts.sh   (run inside) what a link down or a killed peer does to a running RC QP
 
 Facts measured in the guest are about function and failover, never performance (all emulated).
 """
