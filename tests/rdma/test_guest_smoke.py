@@ -19,8 +19,8 @@ python3 -m r2cc_testbed.guest.pingpong 0 -n 200
 """
 
 
-def test_two_rails_have_four_active_devices_the_core_imports_and_rail0_pingpongs(guest_build):
-    result = guest.run(CHECKS, rails=2, timeout_s=300, build=guest_build, on_line=print)
+def test_two_rails_have_four_active_devices_the_core_imports_and_rail0_pingpongs(guest_build, tmp_path):
+    result = guest.run(CHECKS, rails=2, timeout_s=300, out_dir=str(tmp_path), build=guest_build, on_line=print)
     print(result.summary())
     assert result.ok, f"{result.summary()}\n{result.output[-3000:]}"
     out = result.output
