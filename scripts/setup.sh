@@ -18,6 +18,12 @@ fi
 # the tests (installed without its recommended exporters; no service is started here).
 APT_PKGS=(iproute2 nftables procps openmpi-bin libopenmpi-dev g++ make mptcpize)
 APT_PKGS_NO_RECOMMENDS=(prometheus)
+# The emulated RDMA guest (`r2cc lab guest`, tests marked rdma): qemu boots Debian's 6.1 kernel with
+# Soft-RoCE, busybox-static makes its initramfs, kmod indexes its modules; the verbs user space
+# (rdma-core, ibverbs-*, pyverbs) runs in it from the host's root. Same list as
+# testbed/r2cc_testbed/guest/apt.py; the guest's kernel is fetched by `r2cc lab guest build` (cached).
+APT_PKGS_GUEST=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-providers python3-pyverbs kmod
+                libibverbs-dev)
 apt_install() {  # apt_install [--no-install-recommends] PKG...: those not yet installed
   local opts=() missing=()
   [ "$1" = --no-install-recommends ] && { opts=("$1"); shift; }
@@ -28,7 +34,7 @@ apt_install() {  # apt_install [--no-install-recommends] PKG...: those not yet i
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
 }
 apt_install "${APT_PKGS[@]}"
-apt_install --no-install-recommends "${APT_PKGS_NO_RECOMMENDS[@]}"
+apt_install --no-install-recommends "${APT_PKGS_NO_RECOMMENDS[@]}" "${APT_PKGS_GUEST[@]}"
 
 PY=${PYTHON:-python3}
 source scripts/pip_quiet.sh

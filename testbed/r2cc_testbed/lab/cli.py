@@ -56,6 +56,9 @@ def register(subparsers) -> None:
                             "PERIOD_MS COUNT for flap")
     fault.set_defaults(func=_fault)
 
+    from r2cc_testbed.guest.cli import register as register_guest  # `r2cc lab guest ...`
+    register_guest(sub)
+
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
