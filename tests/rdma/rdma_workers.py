@@ -190,9 +190,10 @@ def _doomed_rank(rank, world, host, port):
 
 
 def peer_host_cut_off(rank, world, store, deadline_s):
-    """Every netdev of rank 1's rails goes down while rank 0 waits in an all_reduce: no completion,
-    no end of stream reaches rank 0 (its set-up sockets stay open), only r2cc's watchdog can tell.
-    Rank 0 raises within deadline_s; rank 1 raises too (its own rails are down)."""
+    """Every netdev of rank 1's rails goes down mid-stream: no completion says so, only r2cc's
+    watchdog (with the ports' state) can. Rank 1 aborts the group (rails down) within deadline_s,
+    and so does rank 0 (which error it sees first depends on whether rank 1's goodbye reaches it:
+    in the guest it can, over the host's own loopback)."""
     from r2cc_serve.errors import R2CCError
 
     comm = open_comm(rank, world, store, rails=guest_rails(rank), group="cut")

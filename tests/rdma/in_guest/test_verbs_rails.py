@@ -1,14 +1,17 @@
-"""RDMA rails under test, run inside the emulated guest by tests/rdma/test_verbs_rails.py (the
-host's pytest does not collect this file: it matches no test_*.py pattern).
+"""r2cc over RDMA rails, inside the emulated guest (run in one boot by
+tests/rdma/test_guest_verbs_rails.py; the host's pytest does not collect in_guest/).
 
 Facts about function and failover only: the guest emulates the CPU, so no figure here is a
-speed. Each test prints one RESULT line (JSON) that the host side copies into its report.
+speed. Each test adds its figures to $R2CC_GUEST_OUT/verbs_results.jsonl, which the host side
+prints and keeps.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import time
 
 import pytest
 
@@ -21,8 +24,13 @@ SIZES = [1, 1000, 65536 + 5, 1 << 20]
 run_ranks = functools.partial(harness.run_ranks, start_method="fork")
 
 
+pytestmark = pytest.mark.rdma
+RESULTS = os.path.join(os.environ.get("R2CC_GUEST_OUT", "/tmp"), "verbs_results.jsonl")
+
+
 def report(name: str, value) -> None:
-    print(f"RESULT {name} {json.dumps(value, default=str)}", flush=True)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps({"check": name, "ranks": value}, default=str) + "\n")
 
 
 def test_every_collective_is_bit_exact_over_rdma_rails():
@@ -63,4 +71,27 @@ def test_killed_peer_is_reported_gone():
 def test_peer_cut_off_is_caught_by_the_watchdog():
     res = run_ranks(rdma_workers.peer_host_cut_off, 2, 30, timeout=600)
     report("peer_cut_off", res)
+    assert res[1]["kind"] == "rails_down" and res[1]["after_s"] < 30, res
     assert res[0]["raised"] is not None and res[0]["after_s"] < 30, res
+
+
+def test_doctor_reads_the_rails_ports_through_pyverbs_and_sees_a_link_go_down():
+    from r2cc_serve.comm import rdma_devices
+    from r2cc_serve.doctor import rdma as doctor_rdma
+
+    rails = rdma_workers.guest_rails(0)
+    netdev = rdma_workers.guest_netdev(0, 0)
+    ports = {p.name: p for p in rdma_devices.list_ports()}
+    report("doctor_ports", {n: [p.state, p.mtu, p.roce_v2_ipv4()] for n, p in ports.items()})
+    assert all(ports[r].state == "ACTIVE" and ports[r].roce_v2_ipv4() for r in rails), ports
+    assert all(ports[r].mtu for r in rails), "pyverbs gave no MTU"  # pyverbs answered, not just sysfs
+    assert doctor_rdma.run(rails, as_json=True) == 0
+    rdma_workers.set_link(netdev, False)
+    try:
+        deadline = time.monotonic() + 10
+        while rdma_devices.find_port(rails[0]).state == "ACTIVE" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rdma_devices.find_port(rails[0]).state == "DOWN"
+        assert doctor_rdma.run(rails, as_json=True) == 1
+    finally:
+        rdma_workers.set_link(netdev, True)
