@@ -170,7 +170,8 @@ void TransportImpl::send_probe_locked(Conn& c, const Peer& p, int64_t now) {
   if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // nothing written: the next pass
   if (w < 0 && io_->bytes_readable(c.fd) > 0) return;  // unread bytes first: a goodbye (send_frames_now_locked)
   // A partial write leaves the stream mid-frame; an error is the rail's.
-  const IoResult r = w < 0 ? IoResult::sys_error("send", errno) : IoResult::failure(IoCause::kOther, "partial probe write");
+  IoResult r = w < 0 ? IoResult::sys_error("send", errno) : IoResult::failure(IoCause::kOther, "partial probe write");
+  if (std::string why = w < 0 ? io_->failure(c.fd) : ""; !why.empty()) r.detail = std::move(why);
   fail_conn_locked(c, c.epoch.load(), r.cause, send_failed(c, r.text()));
 }
 

@@ -80,6 +80,10 @@ class RailProvider {
   // ---- teardown ----
   virtual void shutdown(int link) = 0;  // both directions; the link stays valid until close()
   virtual void close(int link) = 0;
+
+  // Why the link failed in the provider's own words ("" when errno says it all, as for TCP):
+  // the rail's last_error shows it instead of the errno's text.
+  virtual std::string failure(int link) { return {}; }
 };
 
 // The TCP provider (tcp_rail.cc): one socket per link. Stateless; one instance for the process.

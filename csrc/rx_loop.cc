@@ -328,7 +328,10 @@ IoResult TransportImpl::rx_read(RxStream& s) {
     if (got == 0) r = IoResult::eof();
     else if (errno == EINTR) continue;
     else if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    else r = IoResult::sys_error("recv", errno);
+    else {
+      r = IoResult::sys_error("recv", errno);
+      if (std::string why = io_->failure(s.fd); !why.empty()) r.detail = std::move(why);
+    }
   }
   return r;
 }

@@ -164,6 +164,10 @@ class VerbsRails final : public RailProvider {
     return l ? int(l->send_room()) : 0;
   }
   int send_buffer_size(int link) override { return int(VerbsLink::kSlots * VerbsLink::kSlotBytes); }
+  std::string failure(int link) override {
+    auto l = find(link);
+    return l ? l->failure() : std::string();
+  }
 
   void shutdown(int link) override {
     if (auto l = find(link)) l->shutdown();
@@ -288,6 +292,7 @@ class MixedRails final : public RailProvider {
   int send_buffer_size(int link) override { return of(link).send_buffer_size(link); }
   void shutdown(int link) override { of(link).shutdown(link); }
   void close(int link) override { of(link).close(link); }
+  std::string failure(int link) override { return of(link).failure(link); }
 
  private:
   RailProvider& of(int link) { return verbs_.owns(link) ? static_cast<RailProvider&>(verbs_) : tcp_; }

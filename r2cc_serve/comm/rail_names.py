@@ -43,14 +43,14 @@ def _resolve_one(rail: str, netns: str | None) -> tuple[str, str]:
             raise UserError(f"rail {rail!r}: the RDMA port has no RoCE v2 GID with an IPv4 address; give its "
                             "netdev an IPv4 address (and check `r2cc doctor`)")
         return ip, "rdma"
-    if ":" in rail and not _is_ipv4(rail):
+    if ":" in rail and not is_ipv4(rail):
         known = ", ".join(p.name for p in rdma_devices.list_ports()) or "none on this host"
         raise UserError(f"rail {rail!r}: no RDMA device port of that name (RDMA ports: {known}); name a rail "
                         "by interface, IPv4 address, rdma:<interface or IPv4>, or <device>:<port>")
     return _ipv4(rail, netns, rail), "tcp"
 
 
-def _is_ipv4(text: str) -> bool:
+def is_ipv4(text: str) -> bool:
     try:
         ipaddress.IPv4Address(text)
         return True
@@ -61,7 +61,7 @@ def _is_ipv4(text: str) -> bool:
 def _ipv4(name: str, netns: str | None, rail: str) -> str:
     from r2cc_serve import _C
 
-    if _is_ipv4(name):
+    if is_ipv4(name):
         return name
     netns_path = f"/var/run/netns/{netns}" if netns else ""
     try:

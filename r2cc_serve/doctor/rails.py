@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from r2cc_serve.comm.rail_names import is_ipv4
 from r2cc_serve.doctor.netinfo import Iface, holder
 from r2cc_serve.errors import UserError
 
@@ -30,14 +31,6 @@ class Rail:
 class Peer:
     label: str
     addrs: tuple[str, ...]
-
-
-def is_ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-        return True
-    except ValueError:
-        return False
 
 
 def _ip_path_of(spec: str) -> str:

@@ -46,9 +46,8 @@ def test_tcp_and_rdma_rails_mixed():
     assert all(min(r["sent_by_rail"]) > 0 for r in res), res  # both rails carried bytes
 
 
-@pytest.mark.parametrize("rail", [1])
-def test_link_down_mid_collective_fails_over_exactly_and_the_rail_comes_back(rail):
-    res = run_ranks(rdma_workers.link_down_mid_collective, 2, 4 << 20, rail, timeout=600)
+def test_link_down_mid_collective_fails_over_exactly_and_the_rail_comes_back():
+    res = run_ranks(rdma_workers.link_down_mid_collective, 2, 4 << 20, timeout=600)  # rail 1
     report("link_down", res)
     a = res[0]
     assert a["in_flight_at_fault"], res
