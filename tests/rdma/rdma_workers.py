@@ -221,3 +221,61 @@ def peer_host_cut_off(rank, world, store, deadline_s):
 
 if __name__ == "__main__":
     _doomed_rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+
+
+def flapping_link_is_held(rank, world, store, flaps, hold_s):
+    """Rank 0 takes rail 1's netdev down and up `flaps` times while all_reduces run: the flap
+    dampening holds the rail out as it does a TCP rail (every result exact), and the rail is back
+    in service carrying bytes once the hold ends."""
+    from tests.comm.lab_workers import _reduce_until, _warmed_up_inputs
+
+    comm = open_comm(rank, world, store, rails=guest_rails(rank), hold_s=hold_s)
+    rail = 1
+
+    def rail1():
+        return next(s for s in comm.rail_stats() if s["rail"] == rail)
+
+    try:
+        inputs, want = _warmed_up_inputs(comm, rank, world, 1 << 18)
+        store_barrier(store, "go", rank, world)
+        seen = {"held": False}
+        flapper_done = threading.Event()
+
+        def flap():
+            try:
+                for _ in range(flaps):
+                    set_link(guest_netdev(0, rail), False)
+                    time.sleep(0.5)
+                    set_link(guest_netdev(0, rail), True)
+                    t0 = time.monotonic()  # back up (or held) before the next flap
+                    while time.monotonic() - t0 < 5 and rail1()["state"] not in ("up", "held"):
+                        time.sleep(0.02)
+                    if rail1()["state"] == "held" and not seen["held"]:
+                        seen.update(held=True, hold_reason=rail1()["hold_reason"])
+            finally:
+                flapper_done.set()
+
+        flapper = threading.Thread(target=flap) if rank == 0 else None
+        if flapper:
+            flapper.start()
+        exact, calls, _ = _reduce_until(comm, world, inputs[rank], want,
+                                        lambda c, s: flapper_done.is_set() if rank == 0 else True)
+        if flapper:
+            flapper.join()
+        s = rail1()
+        out = {"exact": exact, "calls": calls, "seen_held": seen["held"] or s["state"] == "held",
+               "holds": s["holds"], "flap_failures": s["flap_failures"],
+               "hold_reason": seen.get("hold_reason") or s["hold_reason"]}
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < hold_s * 4 + 10 and rail1()["state"] != "up":
+            time.sleep(0.05)
+        out["up_after_s"] = time.monotonic() - t0 if rail1()["state"] == "up" else -1.0
+        store_barrier(store, "back", rank, world)
+        before = rail1()["bytes_sent"]
+        for _ in range(5):
+            out["exact"] &= bits_equal(comm.all_reduce(inputs[rank].clone()), want)
+        out["bytes_after"] = rail1()["bytes_sent"] - before
+        return out
+    finally:
+        store_barrier(store, "end", rank, world)
+        comm.close()

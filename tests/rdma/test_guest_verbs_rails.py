@@ -15,6 +15,7 @@ CHECKS = {
     "test_every_collective_is_bit_exact_over_rdma_rails",
     "test_tcp_and_rdma_rails_mixed",
     "test_link_down_mid_collective_fails_over_exactly_and_the_rail_comes_back",
+    "test_a_flapping_link_is_held_out_then_readmitted",
     "test_killed_peer_is_reported_gone",
     "test_peer_cut_off_is_caught_by_the_watchdog",
     "test_doctor_reads_the_rails_ports_through_pyverbs_and_sees_a_link_go_down",

@@ -58,6 +58,15 @@ def test_link_down_mid_collective_fails_over_exactly_and_the_rail_comes_back():
     assert all(r["rail_bytes_after"] > 0 for r in res), res  # and the restored rail carries bytes
 
 
+def test_a_flapping_link_is_held_out_then_readmitted():
+    res = run_ranks(rdma_workers.flapping_link_is_held, 2, 3, 3.0, timeout=600)
+    report("flapping", res)
+    assert all(r["exact"] for r in res), res
+    assert res[0]["seen_held"] and res[0]["hold_reason"], res  # rank 0 watched it held
+    assert all(r["holds"] >= 1 for r in res), res  # held at both ends
+    assert all(r["up_after_s"] >= 0 and r["bytes_after"] > 0 for r in res), res
+
+
 def test_killed_peer_is_reported_gone():
     res = run_ranks(rdma_workers.peer_killed, 2, timeout=600)
     report("peer_killed", res)
