@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="benchmark r2cc, gloo and Open MPI collectives on the fault lab",
         description="Brings up the lab, runs one rank per lab host for each backend over the same rail "
-                    "interfaces, prints p50/p90/busbw and writes JSON. Needs root.")
+                    "interfaces, prints p50, p90, p99, p99.9, max and bus bandwidth per size and writes JSON. Needs root.")
     p.add_argument("--hosts", type=int, default=None, help="lab hosts = ranks (default 2)")
     p.add_argument("--rails", default=None,
                    help="rails per lab host (default 4); with --no-lab the rail interfaces (or IPv4 addresses), "

@@ -135,5 +135,5 @@ def add_arguments(p) -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--request-timeout", type=float, default=120.0,
                    help="seconds a request may take before it counts as failed (default 120)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="vLLM's API port on the lab's host 0 (default 8000)")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")

@@ -236,7 +236,7 @@ def add_arguments(p) -> None:
     p.add_argument("--hold", type=float, default=30.0, help="seconds every data rail of the host stays down")
     p.add_argument("--host", type=int, default=1, help="lab host whose rails go down (default 1)")
     p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
-    p.add_argument("--port", type=int, default=8410)
+    p.add_argument("--port", type=int, default=8410, help="vLLM's API port (default 8410)")
     p.add_argument("--out", help="write every run's summary as JSON here")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
 

@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model dtype; float32 keeps greedy outputs batch-invariant so they can be compared")
     p.add_argument("--compile", action="store_true", help="torch.compile mode (no --enforce-eager); slower start")
     p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
-    p.add_argument("--port", type=int, default=8400)
+    p.add_argument("--port", type=int, default=8400, help="vLLM's API port (default 8400)")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="extra `vllm serve` argument, repeatable (e.g. --vllm-arg=--max-num-seqs=1)")
     p.add_argument("--out", help="write the full JSON result here")

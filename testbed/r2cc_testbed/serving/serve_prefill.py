@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=2,
                    help="deployments per schedule, interleaved A B A B (default 2)")
     p.add_argument("--rate", default="250mbit", help="rail rate of the lab (default 250mbit: network-bound)")
-    p.add_argument("--port", type=int, default=8450)
+    p.add_argument("--port", type=int, default=8450, help="vLLM's API port (default 8450)")
     p.add_argument("--out", help="write the full JSON result here")
 
 
