@@ -25,6 +25,7 @@ import select
 import socket
 import struct
 import subprocess
+import threading
 import time
 from typing import Iterator
 
@@ -92,16 +93,19 @@ class NftInNamespaces:
         self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         self._fds = {ns: os.open(os.path.join(NETNS_DIR, ns), os.O_RDONLY) for ns in namespaces}
         self._ctx = {}
+        self._lock = threading.Lock()
         for ns in namespaces:  # made inside the namespace: its netlink socket belongs there
             with self._inside(ns):
                 self._ctx[ns] = self._lib.nft_ctx_new(0)
                 self._lib.nft_ctx_buffer_error(self._ctx[ns])
 
     def run(self, ns: str, script: str) -> None:
-        with self._inside(ns):
+        # One call at a time: an nft context is not thread-safe (two threads in it crashed the process).
+        with self._lock, self._inside(ns):
             rc = self._lib.nft_run_cmd_from_buffer(self._ctx[ns], script.encode())
+            err = "" if rc == 0 else (self._lib.nft_ctx_get_error_buffer(self._ctx[ns]) or b"").decode(
+                errors="replace").strip()
         if rc != 0:
-            err = (self._lib.nft_ctx_get_error_buffer(self._ctx[ns]) or b"").decode(errors="replace").strip()
             raise LabError(f"nft in {ns} failed: {err or 'no message'}")
 
     @contextlib.contextmanager
