@@ -22,7 +22,7 @@ import time
 import torch
 
 from tests.comm.harness import store_barrier
-from tests.comm.lab_workers import _fault_while_in_flight
+from tests.comm.lab_workers import _fault_while_in_flight, _totals, _warmed_up_inputs
 from tests.comm.workers import all_collectives, bits_equal, make_input, open_comm, reference_reduce
 
 END = "AB"
@@ -51,13 +51,6 @@ def set_link(netdev: str, up: bool) -> None:
 
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-
-
-def _totals(comm) -> dict:
-    st = comm.rail_stats()
-    return {"failovers": sum(s["failovers"] for s in st), "resent_bytes": sum(s["bytes_resent"] for s in st),
-            "states": {s["rail"]: s["state"] for s in st},
-            "sent_by_rail": [sum(s["bytes_sent"] for s in st if s["rail"] == k) for k in range(comm.num_rails)]}
 
 
 def _wait_states(comm, want: str, timeout_s: float) -> float:
@@ -98,9 +91,7 @@ def link_down_mid_collective(rank, world, store, n):
     rail = 1  # the rail _fault_while_in_flight watches
     comm = open_comm(rank, world, store, rails=guest_rails(rank))
     try:
-        inputs = [make_input(r, n, torch.float32) for r in range(world)]
-        want = reference_reduce(inputs, "sum")
-        comm.all_reduce(inputs[rank].clone())
+        inputs, want = _warmed_up_inputs(comm, rank, world, n)
         store_barrier(store, "go", rank, world)
         fault = {}
         done = threading.Event()
@@ -227,7 +218,7 @@ def flapping_link_is_held(rank, world, store, flaps, hold_s):
     """Rank 0 takes rail 1's netdev down and up `flaps` times while all_reduces run: the flap
     dampening holds the rail out as it does a TCP rail (every result exact), and the rail is back
     in service carrying bytes once the hold ends."""
-    from tests.comm.lab_workers import _reduce_until, _warmed_up_inputs
+    from tests.comm.lab_workers import _reduce_until
 
     comm = open_comm(rank, world, store, rails=guest_rails(rank), hold_s=hold_s)
     rail = 1
