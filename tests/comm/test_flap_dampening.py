@@ -8,6 +8,9 @@ HOLD_S = 2.0
 
 def test_a_flapping_rail_is_held_out_and_returns():
     res = run_ranks(workers.flapping_rail_is_held, 2, {"hold_s": HOLD_S}, timeout=180)
+    for rank, r in enumerate(res):  # shown when an assertion fails: rail 2's states over time
+        print(f"rank {rank} rail 2 (seconds, state, hold reason, failures):", *r.pop("timeline"), sep="\n  ")
+        print(f"rank {rank}: all_reduces until each injected failure fired: {r['calls_to_fail']}")
     for r in res:
         assert r["exact"], r
         # One or two failures: back in service as fast as without dampening (probe + handshake).

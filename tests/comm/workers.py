@@ -460,18 +460,42 @@ def flapping_rail_is_held(rank, world, store, opts):
         return rail2()["state"], time.monotonic() - t0
 
     def fail_rail2(step):
+        # A re-dialed rail takes chunks only once its probe is delivered, so one all_reduce may
+        # pass it by and leave the injected failure armed for a later phase (a CI failure): the
+        # ranks go on until rank 1, whose send fails, has counted it. Both run the same calls.
         store_barrier(store, f"fail{step}", rank, world)
+        failures = rail2()["flap_failures"]
         if rank == 1:
             comm.inject_failure(0, 2, after_chunks=2)
-        reduce_exact()
+        for i in range(100):
+            reduce_exact()
+            if rank == 1:
+                store.set(f"fired{step}/{i}", "1" if rail2()["flap_failures"] > failures else "0")
+            if store.get(f"fired{step}/{i}") == b"1":
+                return i + 1
+        raise AssertionError(f"rail 2's injected failure {step} did not fire in 100 all_reduces")
 
+    # Every change of rail 2's state, with its time, kept so that a failed run says what happened.
+    timeline, sampling = [], threading.Event()
+
+    def sample():
+        t0, last = time.monotonic(), None
+        while not sampling.wait(0.002):
+            s = rail2()
+            now = (s["state"], s["hold_reason"][:60], s["flap_failures"])
+            if now != last:
+                timeline.append((round(time.monotonic() - t0, 3), *now))
+                last = now
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     try:
         reduce_exact()
-        out = {"readmitted": []}
+        out = {"readmitted": [], "timeline": timeline, "calls_to_fail": []}
         for step in range(2):
-            fail_rail2(step)
+            out["calls_to_fail"].append(fail_rail2(step))
             out["readmitted"].append(wait_for(("up",), 10))
-        fail_rail2(2)
+        out["calls_to_fail"].append(fail_rail2(2))
         out["held"] = wait_for(("held",), 5)
         s = rail2()
         out["hold"] = {k: s[k] for k in ("hold_reason", "hold_left_s", "holds", "flap_failures", "flap_penalty")}
@@ -485,7 +509,7 @@ def flapping_rail_is_held(rank, world, store, opts):
         before = rail2()["bytes_sent"]
         reduce_exact(10)
         out["bytes_after"] = rail2()["bytes_sent"] - before
-        fail_rail2(3)
+        out["calls_to_fail"].append(fail_rail2(3))
         out["held_again"] = wait_for(("held",), 5)
         s = rail2()
         out["hold_again"] = {k: s[k] for k in ("hold_reason", "hold_left_s", "holds", "flap_failures", "flap_penalty",
@@ -502,6 +526,8 @@ def flapping_rail_is_held(rank, world, store, opts):
         out["exact"] = exact
         return out
     finally:
+        sampling.set()
+        sampler.join(timeout=5)
         comm.close()
 
 
