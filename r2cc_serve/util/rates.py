@@ -21,6 +21,19 @@ def check_rate(rate: str) -> str:
     return text
 
 
+UNSHAPED = ("unshaped", "none")
+
+
+def check_lab_rate(rate: str | None) -> str | None:
+    """A lab's rail rate: a tc rate, or 'unshaped' (None: no shaper, the veth's own speed)."""
+    if rate is None or str(rate).strip().lower() in UNSHAPED:
+        return None
+    try:
+        return check_rate(rate)
+    except UserError as exc:
+        raise UserError(f"{exc}; or unshaped") from None
+
+
 def rate_bits(rate: str) -> float:
     """Bits per second of a tc rate string (already checked)."""
     number, unit = _RATE_RE.match(rate).groups()

@@ -96,16 +96,14 @@ def register(subparsers) -> None:
 
 def parse_rates(text: str | None) -> list[str | None]:
     """--rate as a list of tc rates, None meaning unshaped; UserError on a bad one."""
-    from r2cc_serve.util.rates import check_rate
+    from r2cc_serve.util.rates import check_lab_rate
 
     if not text:
         return [None]
     rates = []
     for item in (x.strip() for x in text.split(",")):
-        try:
-            rates.append(None if item.lower() in ("unshaped", "none") else check_rate(item))
-        except UserError as exc:
-            raise UserError(f"--rate: {exc} (or 'unshaped')") from None
+        with labelled("--rate"):
+            rates.append(check_lab_rate(item))
     if len(set(rates)) != len(rates):
         raise UserError(f"--rate {text!r} names a rate twice")
     return rates

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from r2cc_serve.errors import UserError
 from r2cc_serve.health.monitor import SPIN_COUNTERS
 from r2cc_testbed.lab import baselines
-from r2cc_testbed.faults.model import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled, parse_fault_text, parse_steady_fault
+from r2cc_testbed.faults.model import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled
+from r2cc_testbed.faults.timing import parse_timed
 
 # Not a library: a plain TCP ring all_reduce over the same rails, no failover (bench/tcp_floor.py).
 FLOOR = "tcp-floor"
@@ -24,7 +25,6 @@ DEFAULT_FAULT_AT = 0.30  # fraction of the fault-free duration
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE_RE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
-_PERCENT_RE = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 # r2cc's counters a bench entry reports for its timed calls (backends.R2ccBackend.wait_counts)
@@ -117,17 +117,14 @@ class BenchFault:
 
 
 def parse_fault(text: str, hosts: int, rails: int) -> BenchFault:
-    """'h0:1:down@30%', 'h1:2:blackhole', 'h0:0:degrade:100mbit@50%', 'h0:3:flap:200:3@10%', 'h0:1:gray:out@30%'."""
-    text = text.strip()
-    notation, sep, when = text.partition("@")
-    with labelled(f"--fault {text!r}"):
-        fault = parse_fault_text(notation, RAIL_FAULTS).check_target(hosts, rails)
+    """'h0:1:down@30%', 'h1:2:blackhole', 'h0:0:degrade:100mbit@50%', 'h0:3:flap:200:3@10%', 'h0:1:gray:out@30%'
+    (the fault notation, faults/timing.py; @ is a share of the op, DEFAULT_FAULT_AT when left out)."""
+    timed = parse_timed(text, RAIL_FAULTS, at="share", hold=False, label=f"--fault {text.strip()!r}")
+    with labelled(f"--fault {timed.text!r}"):
+        fault = timed.spec.check_target(hosts, rails)
         if rails < 2:
             raise UserError("needs at least 2 rails: the survivors carry the traffic")
-        at = _parse_percent(when) if sep else DEFAULT_FAULT_AT
-        if not 0 <= at <= 10:
-            raise UserError("the percentage must be between 0 and 1000")
-    return BenchFault(text, fault, at)
+    return BenchFault(timed.text, fault, DEFAULT_FAULT_AT if timed.share is None else timed.share)
 
 
 HOLD_KINDS = STEADY_RAIL_FAULTS + ("drain",)  # drain: the rank of that host drains the rail itself
@@ -136,13 +133,8 @@ HOLD_KINDS = STEADY_RAIL_FAULTS + ("drain",)  # drain: the rank of that host dra
 def parse_hold(text: str, hosts: int, rails: int) -> BenchFault:
     """A fault held for the whole r2cc launch (set after the group is up): 'h3:2:down',
     'h1:0:degrade:125mbit', 'h0:1:lossy:1', 'h0:1:gray:in:600', 'h0:1:marginal:90', or 'h0:1:drain'
-    (the same rail out of service, for comparison)."""
-    text = text.strip()
-    return BenchFault(text, parse_steady_fault(text, hosts, rails, f"--hold-fault {text!r}", HOLD_KINDS), 0.0)
-
-
-def _parse_percent(text: str) -> float:
-    m = _PERCENT_RE.match(text)
-    if not m:
-        raise UserError(f"the time after @ must be a percentage like @30%, got @{text}")
-    return float(m.group(1)) / 100
+    (the same rail out of service, for comparison). No @ or +: it stays for the whole launch."""
+    label = f"--hold-fault {text.strip()!r}"
+    timed = parse_timed(text, HOLD_KINDS, at="none", hold=False, label=label)
+    with labelled(label):
+        return BenchFault(timed.text, timed.spec.check_target(hosts, rails), 0.0)

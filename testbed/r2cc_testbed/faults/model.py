@@ -54,7 +54,7 @@ KINDS = LAB_KINDS + HOST_FAULTS + ADMIN_ACTIONS
 _UNDO = {**{k: "clear" for k in RAIL_FAULTS + HOST_FAULTS}, "drain": "undrain", "failover": "restore"}
 HELD_KINDS = tuple(_UNDO)
 # Rail faults a run can keep in place for as long as it likes (a flap ends by itself): a host
-# made a straggler for a whole benchmark (`r2cc bench --hold-fault`, `r2cc serve-prefill --hold`).
+# made a straggler for a whole benchmark (`r2cc bench --hold-fault`, `r2cc serve-prefill --fault`).
 STEADY_RAIL_FAULTS = ("down", "blackhole", "degrade", "lossy", "gray", "marginal")
 
 FLAP_DEFAULTS = (400, 8)  # period_ms, count: a bad cable, long enough to be seen under load
@@ -323,15 +323,6 @@ def parse_fault_text(text: str, kinds: tuple[str, ...] = KINDS) -> FaultSpec:
     return parse_fault_words([kind, *m.group(4).split(":")[1:]], host, None if rail is None else int(rail), kinds)
 
 
-def parse_steady_fault(text: str, hosts: int, rails: int, label: str,
-                       kinds: tuple[str, ...] = STEADY_RAIL_FAULTS) -> FaultSpec:
-    """A fault of `kinds` (default STEADY_RAIL_FAULTS) in the notation ('h3:2:down',
-    'h1:0:degrade:125mbit'), checked against the lab's hosts and rails; errors start with
-    ``label`` (the option that gave it)."""
-    with labelled(label):
-        return parse_fault_text(text.strip(), kinds).check_target(hosts, rails)
-
-
 # --- schedules -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -341,10 +332,12 @@ class FaultSchedule:
 
     @classmethod
     def parse(cls, entries, source: str = "fault schedule") -> "FaultSchedule":
-        """From [{at: SECONDS, do: NOTATION}, ...], e.g. [{"at": 10, "do": "h0:1:down"}]."""
+        """From a list whose entries are {at: SECONDS, do: NOTATION}, e.g. {"at": 10, "do": "h0:1:down"},
+        or the notation with its time, e.g. "h0:1:down@10s" or "h0:1:lossy:5%@10s+20s" (check()
+        adds the undo a +FOR asks for)."""
         if not isinstance(entries, list):
-            raise UserError(f"{source}: expected a list of {{at: SECONDS, do: FAULT}} entries, "
-                            f"got {type(entries).__name__}")
+            raise UserError(f"{source}: expected a list of entries like h0:1:down@10s or "
+                            f"{{at: SECONDS, do: FAULT}}, got {type(entries).__name__}")
         parsed: list[FaultSpec] = []
         for n, entry in enumerate(entries, 1):
             with labelled(f"{source} entry {n}"):
@@ -356,11 +349,20 @@ class FaultSchedule:
         return cls(tuple(parsed))
 
     def check(self, hosts: int, rails: int, source: str = "fault schedule") -> "FaultSchedule":
-        """UserError naming the first entry whose host or rail is outside a lab of hosts x rails."""
+        """UserError naming the first entry whose host or rail is outside a lab of hosts x rails.
+        Returns the schedule to run: an entry held for +FOR seconds is followed by its undo then."""
         for n, spec in enumerate(self.entries, 1):
             with labelled(f"{source} entry {n} ({spec.notation})"):
                 spec.check_target(hosts, rails)
-        return self
+        if all(s.hold_s is None for s in self.entries):
+            return self
+        timed = []
+        for n, spec in enumerate(self.entries):
+            timed.append((spec.after_s, n, dataclasses.replace(spec, hold_s=None)))
+            if spec.hold_s is not None:
+                end = spec.after_s + spec.hold_s
+                timed += [(end, n, dataclasses.replace(u, after_s=end)) for u in spec.undo(rails)]
+        return FaultSchedule(tuple(s for _, _, s in sorted(timed, key=lambda t: t[:2])))
 
     def describe(self) -> list[str]:
         return [f"at {s.after_s:g} s: {s.action} on {s.target}" for s in self.entries]
@@ -371,8 +373,18 @@ class FaultSchedule:
 
 
 def _parse_entry(entry) -> FaultSpec:
+    if isinstance(entry, str):
+        from r2cc_testbed.faults.timing import parse_timed  # it builds on this module
+
+        spec = parse_timed(entry, label=f"{entry.strip()!r}").spec
+        with labelled(f"{entry.strip()!r}"):
+            if spec.after_s is None:
+                raise UserError("a schedule needs the time of each fault: add @SECONDS, e.g. h0:1:down@10s")
+            if spec.hold_s is not None and (spec.kind == "flap" or not spec.undo(1)):
+                raise UserError(f"{spec.kind} is not undone later: leave out +FOR")
+        return spec
     if not isinstance(entry, dict):
-        raise UserError(f"expected {{at: SECONDS, do: FAULT}}, got {entry!r}")
+        raise UserError(f"expected NOTATION@SECONDS[+SECONDS] or {{at: SECONDS, do: FAULT}}, got {entry!r}")
     missing = [k for k in ("at", "do") if k not in entry]
     unknown = sorted(str(k) for k in entry if k not in ("at", "do"))
     if missing or unknown:
@@ -384,4 +396,7 @@ def _parse_entry(entry) -> FaultSpec:
     with labelled(f"at {at:g} s, do {do!r}"):
         if not isinstance(do, str):
             raise UserError(f"expected a fault or admin action as text: {NOTATION_HELP}")
+        if "@" in do or "+" in do:
+            raise UserError(f"`at` already gives the time: write the entry as {{at: {at:g}, do: "
+                            f"{do.split('@')[0].split('+')[0]}}} or as one string, {do.split('@')[0]}@{at:g}s[+SECONDS]")
         return dataclasses.replace(parse_fault_text(do), after_s=float(at))

@@ -10,10 +10,12 @@ import argparse
 import json
 import re
 import sys
+import time
 
 from r2cc_serve import envs
 from r2cc_serve.errors import UserError
 from r2cc_testbed.faults.model import FLAP_DEFAULTS, LAB_KINDS, parse_fault_words
+from r2cc_testbed.faults.timing import looks_like_notation, parse_timed
 from r2cc_testbed.lab.lab import Lab
 from r2cc_testbed.lab.layout import check_counts
 from r2cc_serve.util.rates import check_rate
@@ -40,20 +42,24 @@ def register(subparsers) -> None:
 
     fault = sub.add_parser(
         "fault", help="inject or undo a fault on one host's rail",
+        usage="r2cc lab fault FAULT | HOST RAIL KIND [ARGS ...]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="kinds:\n  down | up | blackhole | clear\n  degrade RATE        e.g. degrade 100mbit\n"
+        description="FAULT is the fault notation (docs/faults.md), h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS][+SECONDS]:\n"
+                    "  r2cc lab fault h0:1:degrade:100mbit      now, until undone (h0:1:clear)\n"
+                    "  r2cc lab fault h0:1:lossy:5%@3s+10s      in 3 s, for 10 s, then undone\n"
+                    "or the same as words: r2cc lab fault h0 1 degrade 100mbit\n"
+                    "kinds:\n  down | up | blackhole | clear\n  degrade RATE        e.g. degrade 100mbit\n"
                     "  lossy PCT           drop PCT% of the rail's packets each way, e.g. lossy 1\n"
                     "  gray [DIR] [BYTES]  drop every IP packet longer than BYTES (default 1000), e.g. gray out 600\n"
                     "  marginal PCT [DIR]  drop PCT% of the IP packets longer than 1000 bytes, e.g. marginal 90\n"
                     "  flap [PERIOD_MS COUNT]  e.g. flap 200 5 (down/up COUNT times; default {} {})\n"
                     "DIR: both (default), out (what HOST sends on the rail) or in (what arrives at HOST)"
                     .format(*FLAP_DEFAULTS))
-    fault.add_argument("host", metavar="HOST", help="host index: 0, h0 or <prefix>-h0")
-    fault.add_argument("rail", metavar="RAIL", help="rail index: 0 or rail0")
-    fault.add_argument("kind", metavar="KIND", choices=LAB_KINDS, help=" | ".join(LAB_KINDS))
-    fault.add_argument("args", metavar="ARGS", nargs="*",
-                       help="RATE for degrade; PCT for lossy; [DIR] [BYTES] for gray; PCT [DIR] for marginal; "
-                            "PERIOD_MS COUNT for flap")
+    fault.add_argument("words", metavar="FAULT", nargs="+",
+                       help="h0:1:degrade:100mbit[@SECONDS][+SECONDS], or HOST RAIL KIND [ARGS]: host 0, h0 or "
+                            "<prefix>-h0; rail 0 or rail0; KIND one of " + " | ".join(LAB_KINDS) +
+                            "; ARGS: RATE for degrade, PCT for lossy, [DIR] [BYTES] for gray, PCT [DIR] for "
+                            "marginal, PERIOD_MS COUNT for flap")
     fault.set_defaults(func=_fault)
 
     from r2cc_testbed.guest.cli import register as register_guest  # `r2cc lab guest ...`
@@ -97,12 +103,41 @@ def _status(args) -> int:
 
 
 def _fault(args) -> int:
-    spec = parse_fault_words([args.kind, *args.args], parse_host(args.host), parse_rail(args.rail), LAB_KINDS)
+    if len(args.words) == 1 and looks_like_notation(args.words[0]):
+        spec = parse_timed(args.words[0], LAB_KINDS).spec
+    elif len(args.words) >= 3:
+        host, rail, kind, *rest = args.words
+        spec = parse_fault_words([kind, *rest], parse_host(host), parse_rail(rail), LAB_KINDS)
+    else:
+        raise UserError(f"{' '.join(args.words)!r} is not a fault: give h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS]"
+                        "[+SECONDS] (e.g. h0:1:degrade:100mbit) or HOST RAIL KIND [ARGS] (e.g. h0 1 down)")
+    if spec.hold_s is not None and (spec.kind == "flap" or not spec.undo(1)):
+        raise UserError(f"{spec.kind} is not undone later: leave out +{spec.hold_s:g}s")
     lab = Lab.load()
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True))
+    undo = spec.undo(lab.rails) if spec.hold_s is not None else []
+    if spec.after_s:
+        progress(f"{spec.action} on {spec.target} in {spec.after_s:g} s")
+        time.sleep(spec.after_s)
     lab.inject(spec, progress=progress)
-    print(f"{lab.host_ns(spec.host)} {lab.rail_ifname(spec.rail)}: {spec.action}")
+    print(f"{lab.host_ns(spec.host)} {lab.rail_ifname(spec.rail)}: {spec.action}", flush=True)
+    if undo:
+        try:
+            _wait_showing(spec.hold_s, f"{spec.action} on {spec.target}", progress)
+        finally:  # Ctrl-C too: nothing is left broken
+            for u in undo:
+                lab.inject(u, progress=progress)
+            print(f"{lab.host_ns(spec.host)} {lab.rail_ifname(spec.rail)}: undone ({undo[0].kind}) after "
+                  f"{spec.hold_s:g} s", flush=True)
     return 0
+
+
+def _wait_showing(seconds: float, what: str, progress) -> None:
+    """Sleep, saying every 5 s how long is left."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        progress(f"{what}: {left:.1f} s left")
+        time.sleep(min(5.0, left))
 
 
 def parse_host(text: str) -> int:

@@ -45,8 +45,15 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
+def _or(value, default):
+    return default if value is None else value
+
+
 def run(args) -> int:
-    fault = parse_option(args.fault, host=0, rail=args.rail, after_s=args.after, hold_s=args.hold)
+    given = {part: opt for part, opt, value in (("rail", "--rail", args.rail), ("after", "--after", args.after),
+                                                ("hold", "--hold", args.hold)) if value is not None}
+    fault = parse_option(args.fault or "down", host=0, rail=_or(args.rail, 0), after_s=_or(args.after, 3.0),
+                         hold_s=_or(args.hold, 5.0), given=given)
     if fault.is_admin and args.backend != "r2cc":
         raise UserError(f"--fault {fault.kind} needs --backend r2cc (it goes through r2cc's control agents)")
     spec = LoadSpec(max_tokens=args.max_tokens, concurrency=args.concurrency,
@@ -124,13 +131,17 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=vllm_env.BACKENDS, default="r2cc",
                    help="r2cc (default), or vLLM's own backend with gloo on rail0 (default), a gloo device per "
                         "rail (default-rails) or rail0 under kernel MPTCP with a subflow per rail (default-mptcp)")
-    p.add_argument("--fault", default="down", metavar="KIND[:ARGS]",
-                   help=f"one of {', '.join(HELD_KINDS)} (default down), e.g. degrade:100mbit, flap:200:5")
-    p.add_argument("--rail", type=int, default=0,
-                   help="rail of host 0 to break (default 0: the rail every backend uses, gloo's only one and "
-                        "MPTCP's first subflow)")
-    p.add_argument("--after", type=float, default=3.0, help="seconds into the stream (default 3)")
-    p.add_argument("--hold", type=float, default=5.0, help="seconds the fault lasts (default 5)")
+    p.add_argument("--fault", metavar="FAULT",
+                   help="what breaks, when and for how long, in the fault notation (docs/faults.md): "
+                        "h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS][+SECONDS], e.g. h0:1:degrade:100mbit@3s+10s; "
+                        f"kinds {', '.join(HELD_KINDS)} (default h0:0:down@3s+5s: rail 0 of host 0, the rail every "
+                        "backend uses, gloo's only one and MPTCP's first subflow). The older form KIND[:ARGS] with "
+                        "--rail, --after and --hold still works")
+    p.add_argument("--rail", type=int, default=None, help="with the older --fault KIND: rail of host 0 (default 0)")
+    p.add_argument("--after", type=float, default=None, help="with the older --fault KIND: seconds into the stream "
+                                                             "(default 3)")
+    p.add_argument("--hold", type=float, default=None, help="seconds the fault lasts, when --fault has no +SECONDS "
+                                                            "(default 5)")
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--request-timeout", type=float, default=120.0,

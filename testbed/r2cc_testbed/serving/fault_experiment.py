@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from r2cc_serve.errors import UserError
 from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec, labelled, parse_fault_words
+from r2cc_testbed.faults.timing import looks_like_notation, parse_timed
 from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_testbed.serving import control, evidence
 from r2cc_testbed.serving.load import LoadResult, LoadSpec, compare, run_load
@@ -42,11 +43,23 @@ RECOVER_WAIT_S = 20.0  # a restored rail is probed every 200 ms; stale ARP can a
 RECOVER_HELD_MAX_S = 90.0
 
 
-def parse_option(text: str, host: int, rail: int, after_s: float, hold_s: float) -> FaultSpec:
-    """`--fault KIND[:ARGS]` of the demo and serve-bench: down, flap:200:5, degrade:100mbit, drain..."""
-    with labelled(f"--fault {text!r}"):
-        spec = parse_fault_words(text.strip().split(":"), host, rail, HELD_KINDS)
-        return dataclasses.replace(spec, after_s=after_s, hold_s=hold_s)
+def parse_option(text: str, host: int, rail: int, after_s: float, hold_s: float,
+                 given: dict[str, str] | None = None) -> FaultSpec:
+    """`--fault` of the demo and serve-bench: the fault notation (h0:1:down@3s+5s; faults/timing.py),
+    whose @ and + default to after_s and hold_s, or the older KIND[:ARGS] (down, flap:200:5,
+    degrade:100mbit) on host's rail. given: the parts the user also set with options of their own,
+    e.g. {"rail": "--rail", "after": "--after"}; the notation must not say them a second time."""
+    label = f"--fault {text.strip()!r}"
+    if not looks_like_notation(text):
+        with labelled(label):
+            spec = parse_fault_words(text.strip().split(":"), host, rail, HELD_KINDS)
+            return dataclasses.replace(spec, after_s=after_s, hold_s=hold_s)
+    timed = parse_timed(text, HELD_KINDS, label=label)
+    said = {"host": True, "rail": True, "after": timed.spec.after_s is not None, "hold": timed.spec.hold_s is not None}
+    twice = [opt for part, opt in (given or {}).items() if said.get(part)]
+    if twice:
+        raise UserError(f"{label} already says what {', '.join(twice)} would: give it once")
+    return timed.with_defaults(after_s, hold_s)
 
 
 def check_held(spec: FaultSpec, lab) -> FaultSpec:

@@ -235,7 +235,8 @@ def add_arguments(p) -> None:
     p.add_argument("--cycles", type=int, default=1, help="run the mode list this many times (default 1)")
     p.add_argument("--hold", type=float, default=30.0, help="seconds every data rail of the host stays down")
     p.add_argument("--host", type=int, default=1, help="lab host whose rails go down (default 1)")
-    p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
+    p.add_argument("--rate", default="1gbit", help="rail shaping of the lab: a tc rate, or unshaped for "
+                                                     "rails as fast as this CPU (default 1gbit)")
     p.add_argument("--port", type=int, default=8410, help="vLLM's API port (default 8410)")
     p.add_argument("--out", help="write every run's summary as JSON here")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
@@ -263,6 +264,7 @@ def run(args) -> int:
     import sys
 
     from r2cc_serve.errors import UserError
+    from r2cc_serve.util.rates import check_lab_rate
     from r2cc_testbed.lab.session import lab_session
     from r2cc_testbed.serving.deploy import two_nodes
     from r2cc_testbed.serving.model_dir import temp_model
@@ -273,7 +275,7 @@ def run(args) -> int:
         raise UserError(f"--modes {args.modes!r}: use a comma list of {', '.join(MODES)}")
     load = LoadSpec(max_tokens=16, concurrency=4, request_timeout_s=180, deadline_s=360)
     results, rows = [], []
-    with lab_session(2, 4, args.rate, keep=args.keep_lab) as lab, temp_model("float32") as model:
+    with lab_session(2, 4, check_lab_rate(args.rate), keep=args.keep_lab) as lab, temp_model("float32") as model:
         for cycle in range(1, args.cycles + 1):
             for mode in modes:
                 flag = ("--enable-fault-tolerance",) if mode != "no-ft" else ()

@@ -25,6 +25,7 @@ import statistics
 import sys
 
 from r2cc_serve.errors import UserError
+from r2cc_serve.util.rates import check_lab_rate
 from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
 from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec
 from r2cc_testbed.serving import evidence, vllm_env
@@ -74,15 +75,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="fault-free rounds per backend; the median is reported")
     p.add_argument("--concurrency", type=int, default=4, help="streams in flight (default 4)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default 64)")
-    p.add_argument("--fault", default="down", metavar="KIND[:ARGS]",
-                   help=f"fault for the extra r2cc round: {', '.join(HELD_KINDS)} (e.g. degrade:100mbit), "
-                        "or none to skip (default down)")
-    p.add_argument("--fault-host", type=int, default=0)
-    p.add_argument("--fault-rail", type=int, default=1)
+    p.add_argument("--fault", metavar="FAULT",
+                   help="fault of the extra r2cc round, in the fault notation (docs/faults.md): "
+                        "h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS][+SECONDS]; without @ and + it breaks the rail in the "
+                        f"round's middle third. Kinds {', '.join(HELD_KINDS)}, e.g. h0:1:degrade:100mbit; none skips "
+                        "the round (default h0:1:down). The older KIND[:ARGS] with --fault-host and --fault-rail "
+                        "still works")
+    p.add_argument("--fault-host", type=int, default=None, help="with the older --fault KIND: host (default 0)")
+    p.add_argument("--fault-rail", type=int, default=None, help="with the older --fault KIND: rail (default 1)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="model dtype; float32 keeps greedy outputs batch-invariant so they can be compared")
     p.add_argument("--compile", action="store_true", help="torch.compile mode (no --enforce-eager); slower start")
-    p.add_argument("--rate", default="1gbit", help="rail shaping of the lab (default 1gbit)")
+    p.add_argument("--rate", default="1gbit", help="rail shaping of the lab: a tc rate, or unshaped for "
+                                                     "rails as fast as this CPU (default 1gbit)")
     p.add_argument("--port", type=int, default=8400, help="vLLM's API port (default 8400)")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="extra `vllm serve` argument, repeatable (e.g. --vllm-arg=--max-num-seqs=1)")
@@ -119,14 +124,17 @@ def run(args) -> int:
         raise UserError("--duration > 0, --rounds >= 1, --cycles >= 1, --concurrency >= 1 and --max-tokens >= 2 "
                         "are needed")
     third = args.duration / 3  # the fault round breaks the rail in its middle third
+    given = {part: opt for part, opt, value in (("host", "--fault-host", args.fault_host),
+                                                ("rail", "--fault-rail", args.fault_rail)) if value is not None}
     fault = None if args.fault == "none" else parse_option(
-        args.fault, host=args.fault_host, rail=args.fault_rail, after_s=third, hold_s=third)
+        args.fault or "down", host=0 if args.fault_host is None else args.fault_host,
+        rail=1 if args.fault_rail is None else args.fault_rail, after_s=third, hold_s=third, given=given)
     spec = LoadSpec(max_tokens=args.max_tokens, concurrency=args.concurrency, duration_s=args.duration,
                     request_timeout_s=max(120.0, args.duration * 4), deadline_s=args.duration * 4 + 300)
     result = {"shape": args.shape, "rate": args.rate, "dtype": args.dtype, "compile": args.compile,
               "cycles": args.cycles, "spec": dataclasses.asdict(spec), "cpus": os.cpu_count(), "backends": {}}
     deploy = two_nodes if args.shape == "two-nodes" else single_instance
-    with lab_session(2, 4, args.rate, keep=args.keep_lab) as lab, temp_model(args.dtype) as model:
+    with lab_session(2, 4, check_lab_rate(args.rate), keep=args.keep_lab) as lab, temp_model(args.dtype) as model:
         ref, runs = None, {b: [] for b in backends}
         for cycle in range(1, args.cycles + 1):
             for backend in backends:

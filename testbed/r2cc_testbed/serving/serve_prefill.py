@@ -1,6 +1,6 @@
 """Long-prompt prefill under a degraded host: the schedule planner against forced direct.
 
-    r2cc serve-prefill [--tp 4] [--schedules auto,direct] [--hold h3:2:down --hold h3:3:down]
+    r2cc serve-prefill [--tp 4] [--schedules auto,direct] [--fault h3:2:down --fault h3:3:down]
 
 A prefill all-reduces [prompt tokens, hidden] activations (about 2 MiB for 2000 tokens of the
 tiny model), the sizes where a host that lost half of its rails sets the pace of every rank.
@@ -23,7 +23,8 @@ import sys
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults.model import parse_steady_fault
+from r2cc_testbed.faults.model import STEADY_RAIL_FAULTS, labelled
+from r2cc_testbed.faults.timing import parse_timed
 from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_serve.util.rates import check_rate, rate_bits
 from r2cc_testbed.serving import evidence
@@ -44,9 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=4, choices=[2, 4], help="tensor-parallel ranks, one lab host each")
     p.add_argument("--schedules", default="auto,direct",
                    help=f"comma list of R2CC_SCHEDULE values, one deployment each ({', '.join(SCHEDULES)})")
-    p.add_argument("--hold", action="append", default=None, metavar="h<HOST>:<RAIL>:KIND[:ARGS]",
-                   help="a lab fault held while the prompts run, repeatable "
+    p.add_argument("--fault", action="append", default=None, metavar="FAULT",
+                   help="a lab fault in place while the prompts run, in the fault notation without @ or + "
+                        "(docs/faults.md), e.g. h3:2:degrade:100mbit; repeatable "
                         "(default: h<last>:2:down and h<last>:3:down, half the rails of the last host)")
+    # --hold is seconds in every other command: the older form here gets a pointer to the new one.
+    p.add_argument("--hold", action="append", default=None, help=argparse.SUPPRESS)
     p.add_argument("--prompt-tokens", type=int, default=1800, help="tokens per prompt (default 1800, max 2000)")
     p.add_argument("--prompts", type=int, default=4, help="distinct prompts (default 4)")
     p.add_argument("--rounds", type=int, default=3, help="times each prompt is sent (default 3)")
@@ -59,7 +63,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_holds(texts: list[str], hosts: int, rails: int):
-    return [parse_steady_fault(text, hosts, rails, f"--hold {text!r}") for text in texts]
+    """--fault values: faults that stay in place for the whole run."""
+    out = []
+    for text in texts:
+        label = f"--fault {text.strip()!r}"
+        timed = parse_timed(text, STEADY_RAIL_FAULTS, at="none", hold=False, label=label)
+        with labelled(label):
+            out.append(timed.spec.check_target(hosts, rails))
+    return out
 
 
 def make_prompts(model_dir: str, n: int, tokens: int, seed: int = 0) -> list[str]:
@@ -109,7 +120,10 @@ def run(args) -> int:
         raise UserError("--prompt-tokens 16..2000, --prompts, --rounds, --max-tokens and --repeat >= 1 are needed")
     check_rate(args.rate)
     last = args.tp - 1
-    holds = parse_holds(args.hold if args.hold is not None else [f"h{last}:2:down", f"h{last}:3:down"],
+    if args.hold:
+        raise UserError(f"--hold {args.hold[0]}: serve-prefill now takes its faults as --fault {args.hold[0]} "
+                        "(--hold is seconds elsewhere)")
+    holds = parse_holds(args.fault if args.fault is not None else [f"h{last}:2:down", f"h{last}:3:down"],
                         args.tp, 4)
     result = {"tp": args.tp, "rate": args.rate, "holds": [h.text for h in holds], "prompt_tokens": args.prompt_tokens,
               "prompts": args.prompts, "rounds": args.rounds, "repeat": args.repeat,

@@ -60,8 +60,9 @@ def test_fault_specs():
     assert spec.parse_hold("h0:2:marginal:5", 2, 4).fault.loss_pct == 5
     for bad, msg in [("h2:0:down", "host 2"), ("h0:4:down", "rail 4"), ("h0:0:explode", "kind"),
                      ("h0:0:degrade", "one argument, RATE"), ("h0:0:flap:1", "PERIOD_MS and COUNT"),
-                     ("x", "not valid"), ("h0:0:down:7", "no arguments"), ("h0:0:down@30", "percentage"),
-                     ("h0:0:down@2000%", "between 0 and 1000"),
+                     ("x", "not valid"), ("h0:0:down:7", "no arguments"), ("h0:0:down@30", "share of its duration like @30%"),
+                     ("h0:0:down@3s", "share of its duration"), ("h0:0:down@30%+5s", "leave out \\+FOR"),
+                     ("h0:0:down@2000%", "between 0% and 1000%"),
                      # what the bench cannot clear by itself afterwards
                      ("h0:0:drain", "cannot be used here"), ("h0:all-down", "cannot be used here"),
                      ("h0:0:clear", "cannot be used here"),
@@ -72,6 +73,8 @@ def test_fault_specs():
             spec.parse_fault(bad, 2, 4)
     with pytest.raises(UserError, match="at least 2 rails"):
         spec.parse_fault("h0:0:down", 2, 1)
+    with pytest.raises(UserError, match="--hold-fault 'h0:1:down@30%': @30%: .* whole run; leave out @WHEN"):
+        spec.parse_hold("h0:1:down@30%", 2, 4)
 
 
 def test_busbw_factors_follow_nccl_tests():

@@ -262,9 +262,10 @@ def test_schedule_check_names_the_entry_outside_the_lab():
 
 
 @pytest.mark.parametrize("entries, message", [
-    (None, "fault schedule: expected a list of {at: SECONDS, do: FAULT} entries, got NoneType"),
+    (None, "fault schedule: expected a list of entries like h0:1:down@10s or {at: SECONDS, do: FAULT}, got NoneType"),
     ({"at": 1, "do": "h0:1:down"}, "expected a list of .* got dict"),
-    (["h0:1:down"], "fault schedule entry 1: expected {at: SECONDS, do: FAULT}, got 'h0:1:down'"),
+    (["h0:1:down"], "fault schedule entry 1: 'h0:1:down': a schedule needs the time of each fault: add @SECONDS"),
+    ([7], "fault schedule entry 1: expected NOTATION@SECONDS\\[\\+SECONDS\\] or {at: SECONDS, do: FAULT}, got 7"),
     ([{"do": "h0:1:down"}], "fault schedule entry 1: missing at: an entry is {at: SECONDS, do: FAULT}"),
     ([{"at": 1}], "entry 1: missing do"),
     ([{}], "entry 1: missing at, do"),

@@ -294,7 +294,9 @@ def test_test_prefix_never_touches_the_default_lab(lab2):
     (["fault", "0", "0", "flap", "100"], "flap takes PERIOD_MS and COUNT"),
     (["fault", "0", "0", "flap", "100", "x"], "flap needs whole numbers"),
     (["fault", "0", "0", "down", "7"], "down takes no arguments"),
-    (["fault", "0", "0", "explode"], "invalid choice"),
+    (["fault", "0", "0", "explode"], "unknown fault kind 'explode'"),
+    (["fault", "h0:0:down@30%"], "give seconds into the run, like @3s"),
+    (["fault", "h0:0:up+3s"], "up is not undone later"),
 ])
 def test_cli_rejects_bad_input_cleanly(args, message):
     proc = lab_cli(*args)
@@ -312,6 +314,22 @@ def test_cli_fault_and_status_on_a_running_lab(lab2):
     assert proc.returncode == 0 and "flap 1/1" in proc.stderr
     st = json.loads(lab_cli("status").stdout)
     assert not link(st, 0, 1)["link_up"] and kinds(st, 0, 1) == {"down": None}
+
+
+def test_cli_fault_in_the_notation_is_undone_after_its_time(lab2):
+    """`r2cc lab fault h1:2:degrade:10mbit@0.3s+1.5s`: in place from 0.3 s to 1.8 s, then cleared."""
+    proc = subprocess.Popen([sys.executable, "-m", "r2cc_serve.cli", "lab", "fault", "h1:2:degrade:10mbit@0.3s+1.5s"],
+                            cwd=MAIN, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = set()
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen.add(tuple(sorted(kinds(json.loads(lab_cli("status").stdout), 1, 2).items())))
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert (("degrade", "10mbit"),) in seen, seen  # it was in place while the command waited
+    assert "undone (clear) after 1.5 s" in out and "s left" in err, (out, err)
+    assert kinds(json.loads(lab_cli("status").stdout), 1, 2) == {}
 
 
 def test_cli_without_a_lab_says_how_to_start_one(root):
