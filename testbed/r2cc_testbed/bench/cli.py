@@ -13,11 +13,11 @@ lab rails, with optional faults.
 
 from __future__ import annotations
 
-import json
 import signal
 
 from r2cc_testbed.bench import spec
 from r2cc_serve.errors import UserError
+from r2cc_testbed.results import add_out_argument, check_out, emit
 from r2cc_testbed.faults.model import SIZE_FAULTS, labelled
 from r2cc_testbed.lab.nft_rules import check_below_mtu
 
@@ -90,6 +90,7 @@ def register(subparsers) -> None:
     p.add_argument("--fault-timeout", type=float, default=20.0,
                    help="seconds one faulted op may take before it counts as not completed (default 20)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON here ('-' for stdout)")
+    add_out_argument(p, "bench", "the report as JSON")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
     p.set_defaults(func=run)
 
@@ -210,6 +211,7 @@ def run(args) -> int:
     from r2cc_testbed.bench.hosts import LabHosts
     from r2cc_testbed.bench.run import Bench, say
 
+    check_out(args.out, "bench")
     if args.no_lab:
         from r2cc_testbed.bench import existing_cli
         rails, master = existing_cli.check_args(args)
@@ -242,13 +244,7 @@ def run(args) -> int:
     if len(spins) > 1:
         for k in range(len(rates)):
             print("\n" + spin_table(reports[k * len(spins):(k + 1) * len(spins)]))
-    if args.json:
-        text = json.dumps(reports[0] if len(reports) == 1 else {"sweep": reports}, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+    emit(args, "bench", reports[0] if len(reports) == 1 else {"sweep": reports})
     # Failure: a wrong fault-free result, or r2cc not surviving a fault bit-exactly (its promise).
     # gloo/MPI failing under a fault is the expected, reported outcome.
     ok = all(all(r["correct"] for r in report["results"]) and all(

@@ -4,9 +4,8 @@ calls both."""
 
 from __future__ import annotations
 
-import json
-
 from r2cc_serve.errors import UserError
+from r2cc_testbed.results import emit
 
 LAB_ONLY = (("hosts", "--hosts (use --world)"), ("rate", "--rate"), ("mtu", "--mtu"), ("fault", "--fault"),
             ("hold_fault", "--hold-fault"), ("hold_traffic", "--hold-traffic"), ("keep_lab", "--keep-lab"))
@@ -79,11 +78,5 @@ def run(args, opts, rails: list[str], master: tuple[str, int]) -> int:
         ran = [b for b in opts.backends if b not in {x["backend"] for x in report["skipped"]}]
         print(f"rank {args.rank} of {args.world}: took part in {', '.join(ran) or 'nothing'} on "
               f"{','.join(rails)}; rank 0 prints the table", flush=True)
-    if args.json:
-        text = json.dumps(report, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+    emit(args, "bench", report)
     return 0 if ok else 1

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from r2cc_serve import envs
+from r2cc_testbed.results import build_info
 from r2cc_testbed.bench import launch as launch_mod
 from r2cc_testbed.bench import results as rep
 from r2cc_testbed.bench.fault_handshake import FaultHandshake, HeldForLaunch
@@ -50,31 +51,6 @@ class BenchOptions:
     hold_traffic_s: float = 0.0  # bulk traffic after the held faults are in place, before measuring
     warmup_s: float = 0.0  # warm-up repeated until this long (rank 0's clock decides for all)
     spin_us: int | None = None  # R2CC_SPIN_US for the r2cc ranks (None: the caller's environment)
-
-
-def build_info() -> dict:
-    """Which r2cc core was measured: others rebuild it while benchmarks run."""
-    import hashlib
-    import subprocess
-
-    from r2cc_testbed import PROJECT_ROOT
-    info = {"git_head": None, "csrc_dirty": None, "core_sha256": None}
-    try:
-        from r2cc_serve import _C
-        with open(_C.__file__, "rb") as f:
-            info["core_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
-    except (ImportError, OSError):
-        pass
-    try:
-        git = ["git", "-C", PROJECT_ROOT]
-        info["git_head"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
-                                          text=True, timeout=10).stdout.strip() or None
-        dirty = subprocess.run(git + ["status", "--porcelain", "--", "csrc"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        info["csrc_dirty"] = bool(dirty) if info["git_head"] else None
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return info
 
 
 def _counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

@@ -14,11 +14,13 @@ Everything started is stopped and removed at the end, also on Ctrl-C.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 
 from r2cc_serve.errors import UserError
+from r2cc_testbed.results import check_out, write_result
 
 FIRE_TIMEOUT_S = 60.0
 
@@ -75,6 +77,7 @@ def run(args) -> int:
 
     if args.quiet_s < 10 or args.down_s < 15:
         raise UserError("--quiet-s must be at least 10 and --down-s at least 15 (the rule waits 10 s)")
+    check_out(args.out, "observe")
     report, marks = {}, {}
     with lab_session(2, 4, "1gbit") as lab, temp_model("float32") as model:
         _say("vLLM TP=2 on two lab hosts, --distributed-backend r2cc (1-3 min on a small box)")
@@ -115,10 +118,12 @@ def run(args) -> int:
                 _say("4/4 the dashboard's queries and panels")
                 problems = {k: v for k, v in dashboard.check(prom, since, end).items() if v}
                 report["dashboard_problems"] = problems
-                dashboard.render(prom, since, end, args.out, marks=marks)
-                _say(f"    drew {len(dashboard.panels())} panels into {args.out}"
+                png = os.path.join(args.out, "r2cc-dashboard.png")
+                dashboard.render(prom, since, end, png, marks=marks)
+                _say(f"    drew {len(dashboard.panels())} panels into {png}"
                      + (f"; queries without data: {problems}" if problems else "; every query returned series"))
     _print(report)
+    _say(f"wrote {write_result(args.out, 'observe', report)}")
     ok = (not report["fault_free_alerts"] and not report["flap_alerts"] and report["fired_after_s"] is not None
           and report["resolved_after_s"] is not None and not report["dashboard_problems"]
           and not report["load"].get("failed"))
@@ -144,7 +149,9 @@ def register(sub) -> None:
     p = sub.add_parser("observe", help="Prometheus with r2cc's alert rules on a live deployment: a flap, a "
                                        "rail down, the alerts, the dashboard drawn",
                        description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="r2cc-dashboard.png", help="where to draw the dashboard's panels (PNG)")
+    p.add_argument("--out", metavar="DIR", default=".",
+                   help="results folder: the dashboard's panels go to DIR/r2cc-dashboard.png and the report to "
+                        "DIR/observe.json (default: the current folder)")
     p.add_argument("--quiet-s", type=float, default=60.0, help="seconds of fault-free load first (default 60)")
     p.add_argument("--down-s", type=float, default=30.0, help="seconds rail 0 of host 0 stays down (default 30)")
     p.add_argument("--port", type=int, default=8480, help="vLLM's port on the lab (default 8480)")

@@ -26,6 +26,7 @@ import httpx
 
 from r2cc_testbed.faults.model import FaultSpec
 from r2cc_testbed.faults.schedule import HeldFaults
+from r2cc_testbed.results import add_out_argument
 from r2cc_testbed.serving.load import LoadResult, LoadSpec, compare, run_load
 
 # Written once per worker when its weights are loaded (vLLM 0.32: "Loading weights took");
@@ -238,7 +239,7 @@ def add_arguments(p) -> None:
     p.add_argument("--rate", default="1gbit", help="rail shaping of the lab: a tc rate, or unshaped for "
                                                      "rails as fast as this CPU (default 1gbit)")
     p.add_argument("--port", type=int, default=8410, help="vLLM's API port (default 8410)")
-    p.add_argument("--out", help="write every run's summary as JSON here")
+    add_out_argument(p, "serve-outage", "every run's summary as JSON")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
 
 
@@ -260,11 +261,11 @@ def _row(mode: str, s: dict, restart: dict | None) -> str:
 
 
 def run(args) -> int:
-    import json
     import sys
 
     from r2cc_serve.errors import UserError
     from r2cc_serve.util.rates import check_lab_rate
+    from r2cc_testbed.results import check_out, write_result
     from r2cc_testbed.lab.session import lab_session
     from r2cc_testbed.serving.deploy import two_nodes
     from r2cc_testbed.serving.model_dir import temp_model
@@ -275,6 +276,7 @@ def run(args) -> int:
         raise UserError(f"--modes {args.modes!r}: use a comma list of {', '.join(MODES)}")
     load = LoadSpec(max_tokens=16, concurrency=4, request_timeout_s=180, deadline_s=360)
     results, rows = [], []
+    check_out(args.out, "serve-outage")
     with lab_session(2, 4, check_lab_rate(args.rate), keep=args.keep_lab) as lab, temp_model("float32") as model:
         for cycle in range(1, args.cycles + 1):
             for mode in modes:
@@ -298,7 +300,6 @@ def run(args) -> int:
                 rows.append(_row(mode, s, restart))
                 print(rows[-1], flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1, default=str)
+        print(f"wrote {write_result(args.out, 'serve-outage', results)}", file=sys.stderr)
     print("\n".join([f"every data rail of host {args.host} down {args.hold:g} s, no fallback rail:"] + rows))
     return 0

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import sys
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.util.rates import check_lab_rate
+from r2cc_testbed.results import add_out_argument, check_out, write_result
 from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
 from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec
 from r2cc_testbed.serving import evidence, vllm_env
@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8400, help="vLLM's API port (default 8400)")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="extra `vllm serve` argument, repeatable (e.g. --vllm-arg=--max-num-seqs=1)")
-    p.add_argument("--out", help="write the full JSON result here")
+    add_out_argument(p, "serve-bench")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
 
 
@@ -123,6 +123,7 @@ def run(args) -> int:
     if args.duration <= 0 or args.rounds < 1 or args.concurrency < 1 or args.max_tokens < 2 or args.cycles < 1:
         raise UserError("--duration > 0, --rounds >= 1, --cycles >= 1, --concurrency >= 1 and --max-tokens >= 2 "
                         "are needed")
+    check_out(args.out, "serve-bench")
     third = args.duration / 3  # the fault round breaks the rail in its middle third
     given = {part: opt for part, opt, value in (("host", "--fault-host", args.fault_host),
                                                 ("rail", "--fault-rail", args.fault_rail)) if value is not None}
@@ -164,9 +165,7 @@ def run(args) -> int:
             _summarize(entry, runs[backend], ref, first=backend == backends[0])
     _print(result)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2, default=str)
-        _say(f"wrote {args.out}")
+        _say(f"wrote {write_result(args.out, 'serve-bench', result)}")
     return 0
 
 

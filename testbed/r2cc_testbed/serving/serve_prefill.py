@@ -15,7 +15,6 @@ other, so the load average is printed beside every figure: compare within one ru
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -25,6 +24,7 @@ import time
 from r2cc_serve.errors import UserError
 from r2cc_testbed.faults.model import STEADY_RAIL_FAULTS, labelled
 from r2cc_testbed.faults.timing import parse_timed
+from r2cc_testbed.results import add_out_argument, check_out, write_result
 from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_serve.util.rates import check_rate, rate_bits
 from r2cc_testbed.serving import evidence
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="deployments per schedule, interleaved A B A B (default 2)")
     p.add_argument("--rate", default="250mbit", help="rail rate of the lab (default 250mbit: network-bound)")
     p.add_argument("--port", type=int, default=8450, help="vLLM's API port (default 8450)")
-    p.add_argument("--out", help="write the full JSON result here")
+    add_out_argument(p, "serve-prefill")
 
 
 def parse_holds(texts: list[str], hosts: int, rails: int):
@@ -120,6 +120,7 @@ def run(args) -> int:
         raise UserError("--prompt-tokens 16..2000, --prompts, --rounds, --max-tokens and --repeat >= 1 are needed")
     check_rate(args.rate)
     last = args.tp - 1
+    check_out(args.out, "serve-prefill")
     if args.hold:
         raise UserError(f"--hold {args.hold[0]}: serve-prefill now takes its faults as --fault {args.hold[0]} "
                         "(--hold is seconds elsewhere)")
@@ -160,8 +161,7 @@ def run(args) -> int:
         e["ttft_median_s"] = statistics.median(e["ttft_s"]) if e["ttft_s"] else None
     print(render(result))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
+        _say(f"wrote {write_result(args.out, 'serve-prefill', result)}")
     failed = any(e["failed"] or not e["identical"] for e in result["schedules"].values())
     return 1 if failed else 0
 
