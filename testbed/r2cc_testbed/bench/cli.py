@@ -57,7 +57,8 @@ def register(subparsers) -> None:
                         "gloo-mptcp: gloo on rail0 under kernel MPTCP with a subflow on every rail (mptcpize); "
                         "mpi: Open MPI's TCP transport striping over every rail; tcp-floor: a plain TCP ring "
                         "all_reduce over the same rails, no failover: what moving and summing the bytes costs "
-                        "at all")
+                        "at all. gloo, gloo-rails and gloo-mptcp are the wirings that serve-bench, demo and the "
+                        "load tests call default, default-rails and default-mptcp: vLLM's default backend is gloo")
     p.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
     p.add_argument("--warmup-s", type=float, default=0.0, metavar="SECONDS",

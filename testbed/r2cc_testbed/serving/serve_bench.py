@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of {', '.join(vllm_env.BACKENDS)}, run in this order (default: default,r2cc). "
                         "default: vLLM's own backend with gloo on rail0, as a user configures it; default-rails: a "
                         "gloo device per rail; default-mptcp: rail0 under kernel MPTCP with a subflow per rail "
-                        "(the last two: two-nodes only)")
+                        "(the last two: two-nodes only). They are the gloo, gloo-rails and gloo-mptcp of r2cc bench, "
+                        "inside vLLM")
     p.add_argument("--cycles", type=int, default=1,
                    help="run the whole backend list this many times, each time on a fresh deployment, so the "
                         "backends alternate through the box's drifts; medians are over every round (default 1)")
