@@ -20,7 +20,7 @@ from r2cc_serve.errors import UserError
 from r2cc_testbed.faults.model import HELD_KINDS
 from r2cc_testbed.serving import vllm_env
 from r2cc_testbed.serving.deploy import two_nodes
-from r2cc_testbed.serving.fault_experiment import parse_option
+from r2cc_testbed.serving.fault_experiment import FAULT_HELP, options_given, parse_option
 from r2cc_testbed.lab.session import lab_session
 from r2cc_testbed.serving.load import LoadSpec, run_load
 from r2cc_testbed.serving.model_dir import temp_model
@@ -50,8 +50,7 @@ def _or(value, default):
 
 
 def run(args) -> int:
-    given = {part: opt for part, opt, value in (("rail", "--rail", args.rail), ("after", "--after", args.after),
-                                                ("hold", "--hold", args.hold)) if value is not None}
+    given = options_given(args, {"rail": "--rail", "after": "--after", "hold": "--hold"})
     fault = parse_option(args.fault or "down", host=0, rail=_or(args.rail, 0), after_s=_or(args.after, 3.0),
                          hold_s=_or(args.hold, 5.0), given=given)
     if fault.is_admin and args.backend != "r2cc":
@@ -132,8 +131,7 @@ def add_arguments(p) -> None:
                    help="r2cc (default), or vLLM's own backend with gloo on rail0 (default), a gloo device per "
                         "rail (default-rails) or rail0 under kernel MPTCP with a subflow per rail (default-mptcp)")
     p.add_argument("--fault", metavar="FAULT",
-                   help="what breaks, when and for how long, in the fault notation (docs/faults.md): "
-                        "h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS][+SECONDS], e.g. h0:1:degrade:100mbit@3s+10s; "
+                   help=f"what breaks, when and for how long, {FAULT_HELP}, e.g. h0:1:degrade:100mbit@3s+10s; "
                         f"kinds {', '.join(HELD_KINDS)} (default h0:0:down@3s+5s: rail 0 of host 0, the rail every "
                         "backend uses, gloo's only one and MPTCP's first subflow). The older form KIND[:ARGS] with "
                         "--rail, --after and --hold still works")

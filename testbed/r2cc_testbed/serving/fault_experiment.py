@@ -43,6 +43,14 @@ RECOVER_WAIT_S = 20.0  # a restored rail is probed every 200 ms; stale ARP can a
 RECOVER_HELD_MAX_S = 90.0
 
 
+FAULT_HELP = "in the fault notation (docs/faults.md): h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS][+SECONDS]"
+
+
+def options_given(args, parts: dict[str, str]) -> dict[str, str]:
+    """{part: option} of those options in parts ({"rail": "--rail"}) that the user set (not None)."""
+    return {part: opt for part, opt in parts.items() if getattr(args, opt.lstrip("-").replace("-", "_")) is not None}
+
+
 def parse_option(text: str, host: int, rail: int, after_s: float, hold_s: float,
                  given: dict[str, str] | None = None) -> FaultSpec:
     """`--fault` of the demo and serve-bench: the fault notation (h0:1:down@3s+5s; faults/timing.py),

@@ -30,7 +30,7 @@ from r2cc_serve.health.monitor import SPIN_COUNTERS, spin_waits
 from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec
 from r2cc_testbed.serving import evidence, vllm_env
 from r2cc_testbed.serving.deploy import single_instance, two_nodes
-from r2cc_testbed.serving.fault_experiment import parse_option
+from r2cc_testbed.serving.fault_experiment import FAULT_HELP, options_given, parse_option
 from r2cc_testbed.lab.session import lab_session
 from r2cc_testbed.serving.load import LoadSpec, percentile, compare, run_load
 from r2cc_testbed.serving.model_dir import temp_model
@@ -77,8 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="streams in flight (default 4)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per request (default 64)")
     p.add_argument("--fault", metavar="FAULT",
-                   help="fault of the extra r2cc round, in the fault notation (docs/faults.md): "
-                        "h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS][+SECONDS]; without @ and + it breaks the rail in the "
+                   help=f"fault of the extra r2cc round, {FAULT_HELP}; without @ and + it breaks the rail in the "
                         f"round's middle third. Kinds {', '.join(HELD_KINDS)}, e.g. h0:1:degrade:100mbit; none skips "
                         "the round (default h0:1:down). The older KIND[:ARGS] with --fault-host and --fault-rail "
                         "still works")
@@ -126,8 +125,7 @@ def run(args) -> int:
                         "are needed")
     check_out(args.out, "serve-bench")
     third = args.duration / 3  # the fault round breaks the rail in its middle third
-    given = {part: opt for part, opt, value in (("host", "--fault-host", args.fault_host),
-                                                ("rail", "--fault-rail", args.fault_rail)) if value is not None}
+    given = options_given(args, {"host": "--fault-host", "rail": "--fault-rail"})
     fault = None if args.fault == "none" else parse_option(
         args.fault or "down", host=0 if args.fault_host is None else args.fault_host,
         rail=1 if args.fault_rail is None else args.fault_rail, after_s=third, hold_s=third, given=given)
