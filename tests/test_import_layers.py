@@ -27,7 +27,7 @@ LAYERS = [
     ("r2cc_serve.control",),
     ("r2cc_serve.admin", "r2cc_serve.doctor"),
     ("r2cc_serve.vllm",),
-    ("r2cc_testbed", "r2cc_testbed.faults.model"),
+    ("r2cc_testbed", "r2cc_testbed.faults.model", "r2cc_testbed.faults.timing"),
     ("r2cc_testbed.faults", "r2cc_testbed.lab", "r2cc_testbed.doctor_lab", "r2cc_testbed.guest"),
     ("r2cc_testbed.model",),
     ("r2cc_testbed.bench", "r2cc_testbed.serving"),

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from r2cc_serve.errors import UserError
 from r2cc_serve.health.monitor import SPIN_COUNTERS
 from r2cc_testbed.lab import baselines
-from r2cc_testbed.faults.model import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled
-from r2cc_testbed.faults.timing import parse_timed
+from r2cc_testbed.faults.model import RAIL_FAULTS, STEADY_RAIL_FAULTS, FaultSpec, labelled, parse_timed
 
 # Not a library: a plain TCP ring all_reduce over the same rails, no failover (bench/tcp_floor.py).
 FLOOR = "tcp-floor"

@@ -41,6 +41,7 @@ from typing import Iterator
 
 from r2cc_serve.errors import UserError
 from r2cc_serve.util.rates import check_rate
+from r2cc_testbed.faults.timing import split_timing
 
 # what `r2cc lab fault` and Lab.fault take
 LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy", "gray", "marginal")
@@ -312,6 +313,32 @@ def _gray_from_words(args: list[str], host: int, rail: int | None) -> FaultSpec:
     return FaultSpec("gray", host, rail, direction=direction, max_bytes=size)
 
 
+@dataclass(frozen=True)
+class TimedFault:
+    """A fault as one piece of text gave it. spec.after_s and spec.hold_s are @seconds and +FOR
+    (None when left out); share is @N% as a fraction (None unless given)."""
+    text: str
+    spec: FaultSpec
+    share: float | None = None
+
+    def with_defaults(self, after_s: float | None, hold_s: float | None) -> FaultSpec:
+        """The spec with the command's own @ and + filled in where the text left them out."""
+        s = self.spec
+        return dataclasses.replace(s, after_s=after_s if s.after_s is None else s.after_s,
+                                   hold_s=hold_s if s.hold_s is None else s.hold_s)
+
+
+def parse_timed(text: str, kinds: tuple[str, ...] = KINDS, *, at: str = "seconds", hold: bool = True,
+                label: str | None = None) -> TimedFault:
+    """One fault in the notation with its time, h<HOST>:<RAIL>:<KIND>[:ARGS][@WHEN][+FOR] (timing.py
+    says what at and hold allow)."""
+    text = str(text).strip()
+    with labelled(label or f"fault {text!r}"):
+        t = split_timing(text, at, hold)
+        spec = dataclasses.replace(parse_fault_text(t.fault, kinds), after_s=t.after_s, hold_s=t.hold_s)
+        return TimedFault(text, spec, t.share)
+
+
 def parse_fault_text(text: str, kinds: tuple[str, ...] = KINDS) -> FaultSpec:
     """The notation: 'h0:1:down', 'h1:rail2:blackhole', 'h0:1:degrade:100mbit', 'h0:all-down'."""
     m = _NOTATION.match(str(text).strip())
@@ -374,8 +401,6 @@ class FaultSchedule:
 
 def _parse_entry(entry) -> FaultSpec:
     if isinstance(entry, str):
-        from r2cc_testbed.faults.timing import parse_timed  # it builds on this module
-
         spec = parse_timed(entry, label=f"{entry.strip()!r}").spec
         with labelled(f"{entry.strip()!r}"):
             if spec.after_s is None:

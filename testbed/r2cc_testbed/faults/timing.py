@@ -8,17 +8,16 @@ FOR   seconds the fault stays before the command undoes it (+10s); a flap ends b
 
 For example h0:1:lossy:5%@3s+10s, h1:all-down@30%, h0:2:degrade:100mbit+20s. Each command says
 which parts it takes and what it does when one is left out (its --help); one it cannot use is
-refused with the form it can. docs/faults.md is the reference.
+refused with the form it can. docs/faults.md is the reference; model.parse_timed builds the
+FaultSpec from it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults.model import KINDS, FaultSpec, labelled, parse_fault_text
 
 _TIMED = re.compile(r"^(?P<fault>[^@+]+)(?:@(?P<at>[^@+]*))?(?:\+(?P<hold>[^@+]*))?$")
 _SECONDS = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|min)?$")
@@ -29,18 +28,12 @@ EXAMPLES = "h0:1:down, h0:1:lossy:5%@3s+10s, h0:2:degrade:100mbit+20s, h1:all-do
 
 
 @dataclass(frozen=True)
-class TimedFault:
-    """A fault as one piece of text gave it. spec.after_s and spec.hold_s are @seconds and +FOR
-    (None when left out); share is @N% as a fraction (None unless given)."""
-    text: str
-    spec: FaultSpec
-    share: float | None = None
-
-    def with_defaults(self, after_s: float | None, hold_s: float | None) -> FaultSpec:
-        """The spec with the command's own @ and + filled in where the text left them out."""
-        s = self.spec
-        return dataclasses.replace(s, after_s=after_s if s.after_s is None else s.after_s,
-                                   hold_s=hold_s if s.hold_s is None else s.hold_s)
+class Timing:
+    """The fault's own text, and what its suffixes said (None where left out)."""
+    fault: str
+    after_s: float | None = None  # @SECONDS
+    share: float | None = None    # @N%, as a fraction
+    hold_s: float | None = None   # +FOR
 
 
 def looks_like_notation(text: str) -> bool:
@@ -56,28 +49,24 @@ def parse_seconds(text: str, what: str) -> float:
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
-def parse_timed(text: str, kinds: tuple[str, ...] = KINDS, *, at: str = "seconds", hold: bool = True,
-                label: str | None = None) -> TimedFault:
-    """One fault in the notation, with the timing the caller can use.
-    at: 'seconds' (@3s), 'share' (@30%, r2cc bench) or 'none' (no @: the fault stays for the whole run).
+def split_timing(text: str, at: str = "seconds", hold: bool = True) -> Timing:
+    """The fault's text and its @WHEN and +FOR, checked against what the caller can use.
+    at: 'seconds' (@3s), 'share' (@30%, r2cc bench) or 'none' (no @: in place for the whole run).
     hold: whether +FOR is taken."""
-    text = str(text).strip()
-    with labelled(label or f"fault {text!r}"):
-        m = _TIMED.match(text)
-        if not m:
-            raise UserError(f"not valid: use {NOTATION}, e.g. {EXAMPLES}")
-        spec = parse_fault_text(m.group("fault"), kinds)
-        share, after_s, hold_s = None, None, None
-        if m.group("at") is not None:
-            share, after_s = _parse_at(m.group("at"), at)
-        if m.group("hold") is not None:
-            if not hold:
-                raise UserError(f"+{m.group('hold')}: this command keeps the fault in place for its whole "
-                                f"run; leave out +FOR")
-            hold_s = parse_seconds(m.group("hold"), "+FOR")
-            if hold_s <= 0:
-                raise UserError(f"+{m.group('hold')}: a fault must stay for more than 0 s")
-        return TimedFault(text, dataclasses.replace(spec, after_s=after_s, hold_s=hold_s), share)
+    m = _TIMED.match(str(text).strip())
+    if not m:
+        raise UserError(f"not valid: use {NOTATION}, e.g. {EXAMPLES}")
+    share, after_s, hold_s = None, None, None
+    if m.group("at") is not None:
+        share, after_s = _parse_at(m.group("at"), at)
+    if m.group("hold") is not None:
+        if not hold:
+            raise UserError(f"+{m.group('hold')}: this command keeps the fault in place for its whole "
+                            f"run; leave out +FOR")
+        hold_s = parse_seconds(m.group("hold"), "+FOR")
+        if hold_s <= 0:
+            raise UserError(f"+{m.group('hold')}: a fault must stay for more than 0 s")
+    return Timing(m.group("fault"), after_s, share, hold_s)
 
 
 def _parse_at(when: str, at: str) -> tuple[float | None, float | None]:

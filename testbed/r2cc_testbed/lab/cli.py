@@ -14,8 +14,8 @@ import time
 
 from r2cc_serve import envs
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults.model import FLAP_DEFAULTS, LAB_KINDS, parse_fault_words
-from r2cc_testbed.faults.timing import looks_like_notation, parse_timed
+from r2cc_testbed.faults.model import FLAP_DEFAULTS, LAB_KINDS, parse_fault_words, parse_timed
+from r2cc_testbed.faults.timing import looks_like_notation
 from r2cc_testbed.lab.lab import Lab
 from r2cc_testbed.lab.layout import check_counts
 from r2cc_serve.util.rates import check_rate

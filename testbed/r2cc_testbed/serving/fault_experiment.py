@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass, field
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec, labelled, parse_fault_words
-from r2cc_testbed.faults.timing import looks_like_notation, parse_timed
+from r2cc_testbed.faults.model import HELD_KINDS, FaultSpec, labelled, parse_fault_words, parse_timed
+from r2cc_testbed.faults.timing import looks_like_notation
 from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_testbed.serving import control, evidence
 from r2cc_testbed.serving.load import LoadResult, LoadSpec, compare, run_load

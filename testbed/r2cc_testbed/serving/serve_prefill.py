@@ -22,8 +22,7 @@ import sys
 import time
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults.model import STEADY_RAIL_FAULTS, labelled
-from r2cc_testbed.faults.timing import parse_timed
+from r2cc_testbed.faults.model import STEADY_RAIL_FAULTS, labelled, parse_timed
 from r2cc_testbed.results import add_out_argument, check_out, write_result
 from r2cc_testbed.faults.schedule import HeldFaults
 from r2cc_serve.util.rates import check_rate, rate_bits

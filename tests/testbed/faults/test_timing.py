@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from r2cc_serve.errors import UserError
-from r2cc_testbed.faults.model import FaultSchedule, FaultSpec
-from r2cc_testbed.faults.timing import looks_like_notation, parse_seconds, parse_timed
+from r2cc_testbed.faults.model import FaultSchedule, FaultSpec, parse_timed
+from r2cc_testbed.faults.timing import looks_like_notation, parse_seconds
 from r2cc_testbed.serving.fault_experiment import parse_option
 from r2cc_testbed.serving.serve_prefill import parse_holds
 
