@@ -87,6 +87,15 @@ def render_holds(rails: list[dict]) -> str:
     return "rails held out:\n" + "\n".join(lines) if lines else ""
 
 
+def render_stale(rails: list[dict], now: float) -> str:
+    """One line per host whose numbers are a late rank's last answer: its counters stand still
+    because nobody has heard from it lately, not because its rails stopped."""
+    ages = {r["host"]: now - r["sampled_at"] if r.get("sampled_at") else None for r in rails if r.get("stale")}
+    lines = [f"  {host}: a rank missed the last poll; its numbers are from "
+             + ("an earlier answer" if age is None else f"{max(age, 0.0):.1f} s ago") for host, age in ages.items()]
+    return "stale:\n" + "\n".join(lines) if lines else ""
+
+
 def render_plans(groups: list[dict]) -> str:
     """One line per group: its schedule, each rank's agreed bandwidth, the latest decisions."""
     lines = []
@@ -176,7 +185,7 @@ def _rails(args) -> int:
                 if args.watch:
                     print("\x1b[2J\x1b[H", end="")
                 print(render_table(rails))
-                for extra in (render_decisions(rails), render_holds(rails)):
+                for extra in (render_decisions(rails), render_holds(rails), render_stale(rails, time.time())):
                     if extra:
                         print("\n" + extra)
                 if plans:

@@ -9,6 +9,8 @@ admin API's own mutations by action and result).
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from r2cc_serve.admin.snapshot import STATE_ORDER
@@ -67,6 +69,7 @@ class R2CCCollector:
             gray.add_metric(lv, r.get("gray_suspects", 0))
         yield from (up, state, bw, rtt, sent, recv, resent, fails, detect, flaps, hold, retrans, loss_holds, gray)
         yield from self._hosts(snap)
+        yield from self._freshness(snap)
         yield from self._peers(snap)
         yield from self._spins(snap)
         yield self._durations(snap)
@@ -116,6 +119,30 @@ class R2CCCollector:
             rails.add_metric([host], n)
             rails_up.add_metric([host], n_up)
         return rails, rails_up, fallback
+
+    @staticmethod
+    def _freshness(snap):
+        """Per rank: how old the sample behind its series is, and whether it is a late rank's last
+        answer, so that a dashboard tells a rank that stopped answering from rails that stopped
+        moving bytes (the counters then stand still for both). The oldest of a rank's groups."""
+        labels = ["host", "rank"]
+        age = GaugeMetricFamily("r2cc_rank_sample_age_seconds", "age of the rank's sample behind the r2cc_rail_* "
+                                "and r2cc_peer_* series at this scrape (counters are sampled every "
+                                "R2CC_STATUS_REFRESH_MS; more means the rank is late to answer)", labels=labels)
+        stale = GaugeMetricFamily("r2cc_rank_stale", "1 while the rank missed the admin view's last poll and its "
+                                  "last answer stands in", labels=labels)
+        now, ranks = time.time(), {}
+        for key, st in sorted(snap.states.items()):
+            if st.get("time") is None:  # agents of older builds may not say: no made-up zeros
+                continue
+            lv = (st["host"], str(key[1]))
+            a, carried = ranks.get(lv, (0.0, False))
+            # (another host's clock may run ahead of this one)
+            ranks[lv] = (max(a, now - st["time"], 0.0), carried or key in snap.carried)
+        for lv, (a, carried) in sorted(ranks.items()):
+            age.add_metric(list(lv), a)
+            stale.add_metric(list(lv), 1.0 if carried else 0.0)
+        return age, stale
 
     @staticmethod
     def _plans(snap):

@@ -71,6 +71,14 @@ class Rail(BaseModel):
         "the rail failed often enough lately (flap dampening) or loses packets (reason 'lossy: ...') to be held "
         "out (state held: connected and probed, no new chunks) until left_s runs out or POST .../restore; null "
         "when not held"))
+    sampled_at: Optional[float] = Field(None, description=(
+        "when this host's ranks sampled these numbers, unix seconds by the host's clock (the oldest of its ranks' "
+        "samples; null from agents that do not say). A state change is sampled at once, counters and byte totals "
+        "up to R2CC_STATUS_REFRESH_MS apart: a reader that needs the bytes of a load that just ended waits for a "
+        "sampled_at after its end"))
+    stale: bool = Field(False, description=(
+        "a rank of this host missed the admin view's last poll and its last answer stands in (for up to 5 s; "
+        "then the rank is reported unreachable): sampled_at falls behind while counters seem to stall"))
 
 
 class RailList(BaseModel):

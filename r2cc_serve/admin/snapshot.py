@@ -109,19 +109,27 @@ def mark_slow(rails: list[dict]) -> None:
             r["state"] = "slow"
 
 
-def group_hosts(states: dict[tuple[str, int], dict]) -> dict[str, list[dict]]:
-    """host -> its rails, from {(group, rank): agent state}."""
+def group_hosts(states: dict[tuple[str, int], dict], carried=frozenset()) -> dict[str, list[dict]]:
+    """host -> its rails, from {(group, rank): agent state}; carried: the ranks whose state is a late
+    rank's last answer. Each rail says when its numbers were sampled (`sampled_at`: the oldest
+    sample of the host's ranks, None from agents that do not say) and whether a late answer stands
+    in (`stale`): counters lag by up to R2CC_STATUS_REFRESH_MS, more while a rank is late."""
     host_of = {k: s["host"] for k, s in states.items()}
     grouped: dict[str, dict[int, list[dict]]] = {}
-    for (group, _), st in sorted(states.items()):
+    ranks: dict[str, list[tuple[str, int]]] = {}  # host -> the ranks its rails come from
+    for key, st in sorted(states.items()):
         for c in st["rails"]:
-            c = dict(c, peer_host=host_of.get((group, c["peer"]), f"rank{c['peer']}"))
+            c = dict(c, peer_host=host_of.get((key[0], c["peer"]), f"rank{c['peer']}"))
             grouped.setdefault(st["host"], {}).setdefault(c["rail"], []).append(c)
+        ranks.setdefault(st["host"], []).append(key)
     out = {}
     for host, rails in sorted(grouped.items()):
         views = [rail_view(conns) for _, conns in sorted(rails.items())]
         mark_slow(views)
-        out[host] = views
+        times = [states[k].get("time") for k in ranks[host]]
+        sampled_at = None if None in times else min(times)
+        stale = any(k in carried for k in ranks[host])
+        out[host] = [dict(v, sampled_at=sampled_at, stale=stale) for v in views]
     return out
 
 
@@ -186,7 +194,7 @@ class Snapshot:
     def build(cls, states: dict, unreachable: dict, agents, updated: float | None = None,
               carried=frozenset(), answered: float | None = None) -> "Snapshot":
         updated = time.time() if updated is None else updated
-        hosts = group_hosts(states)
+        hosts = group_hosts(states, carried)
         rails = [{"host": h, **r} for h, rs in hosts.items() for r in rs]
         health = group_health(states, unreachable, rails, updated)
         rails_json, health_json = json.dumps({"rails": rails, "updated": updated}).encode(), json.dumps(health).encode()

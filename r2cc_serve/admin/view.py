@@ -3,7 +3,10 @@
 A `GroupView` polls the control agent of every rank (kept-alive HTTP, short timeouts) every
 R2CC_ADMIN_REFRESH_MS in a thread of its own and publishes an immutable `Snapshot` with the
 JSON of the hot reads already encoded. A GET therefore never waits on a worker round trip and
-adds almost nothing to the event loop it shares with vLLM's request handling.
+adds almost nothing to the event loop it shares with vLLM's request handling. The numbers are
+each rank monitor's last sample (counters up to R2CC_STATUS_REFRESH_MS old, more while a rank
+is late and its last answer stands in): each rail says when (`sampled_at`) and whether (`stale`),
+and a rank's numbers never go back to an older sample of the same process.
 
 Actions (drain, undrain, failover, restore) run one at a time in a worker thread: the
 last-healthy-rail check on the poller's picture when every rank answered it in the last
@@ -150,7 +153,7 @@ class GroupView:
             for a, res in zip(agents, results):
                 key = (a.group, a.rank)
                 if isinstance(res, dict):
-                    states[key] = res
+                    states[key] = res = self._newest(key, res)
                     self._last_ok[key] = (now, res)
                 elif allow_stale and key in self._last_ok and now - self._last_ok[key][0] < AGENT_STALE_S:
                     states[key] = self._last_ok[key][1]  # a busy worker answered late once: not "unreachable" yet
@@ -161,11 +164,23 @@ class GroupView:
             self.refresh_error = ""
             return self.snap
 
+    def _newest(self, key: tuple[str, int], st: dict) -> dict:
+        """st, or the rank's last answer if that is a later sample of the same process: a poll that
+        reached the agent before an action's fresh read (another thread) and returned after it must
+        not take the rank's counters back (agents of older builds number no samples)."""
+        last = self._last_ok.get(key)
+        prev = last[1] if last else {}
+        if (isinstance(st.get("seq"), int) and isinstance(prev.get("seq"), int)
+                and st.get("process") == prev.get("process") and st["seq"] < prev["seq"]):
+            return prev
+        return st
+
     def _fold(self, fresh: dict) -> Snapshot:
         """Publish the current picture with these ranks' newer states (an action's replies)."""
         with self._refresh_lock:
             self._folds += 1
             now = time.monotonic()
+            fresh = {key: self._newest(key, st) for key, st in fresh.items()}
             for key, st in fresh.items():
                 self._last_ok[key] = (now, st)
             self.snap = self.snap.with_states(fresh)

@@ -5,7 +5,11 @@ asks it to drain, undrain, fail over or restore a rail of this rank. Every reque
 needs the agent's bearer token, which only reaches trusted readers (the 0600 status
 file on the host, or vLLM's own worker RPC).
 
-    GET  /state                          -> the monitor's last sample (at most one interval old)
+    GET  /state                          -> the monitor's last full sample, whose `time` (unix) and
+                                            `seq` say when it was taken: a state change shows within
+                                            R2CC_MONITOR_INTERVAL_MS, counters and byte totals can be
+                                            R2CC_STATUS_REFRESH_MS old (the monitor samples them no
+                                            more often, to spare the rank's CPU)
     GET  /state?fresh=1                  -> a sample taken now (the admin view asks after an action)
     POST /rails/<rail>/<action>[?force=1] -> action in drain, undrain, failover, restore; the reply
                                             carries the state sampled right after it. Without force,

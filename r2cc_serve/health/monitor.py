@@ -108,6 +108,7 @@ class RailMonitor:
         self.extra = dict(extra or {})  # e.g. the control agent's address and token
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self._last: dict[tuple[int, int], str] = {}
+        self._seq = 0  # samples taken: readers tell a newer sample from an older one without the clock
         self._stalled: dict[int, bool] = {}
         self.identity = process_identity()  # lets readers of the status file tell a dead rank's leftover
         self._stop = threading.Event()
@@ -170,8 +171,9 @@ class RailMonitor:
                 self._peer_event(now, p)
             self._stalled[p["peer"]] = p["stalled"]
         status, reasons = summarize(rails, error, peers)
-        return {"time": now, "group": self.group, "rank": self.rank, "node": self.node, "host": self.host,
-                "status": status, "durations": self.comm.duration_histogram(),
+        self._seq += 1
+        return {"time": now, "seq": self._seq, "group": self.group, "rank": self.rank, "node": self.node,
+                "host": self.host, "status": status, "durations": self.comm.duration_histogram(),
                 "reasons": reasons, "error": error, "error_kind": self.comm.error_kind(), "rails": rails,
                 "peers": peers, "counters": self.comm.counters(), "events": list(self.events),
                 "plan": self.comm.plan_info(),

@@ -14,9 +14,9 @@ def _rail(host, rail, state, fallback=False):
             "bytes_sent": 10, "bytes_received": 10, "chunks_resent": 0, "failovers": 0, "detection_s": 0.0}
 
 
-def _text(rails, mutations_enabled=True, states=None) -> str:
+def _text(rails, mutations_enabled=True, states=None, carried=frozenset()) -> str:
     snap = SimpleNamespace(rails=rails, states=states or {}, health={"status": "degraded", "reasons": []},
-                           plans=lambda: [{"group": "tp:0", "schedule": "auto"}])
+                           plans=lambda: [{"group": "tp:0", "schedule": "auto"}], carried=carried)
     reg = CollectorRegistry()
     reg.register(R2CCCollector(SimpleNamespace(snap=snap), mutations_enabled=mutations_enabled))
     return generate_latest(reg).decode()

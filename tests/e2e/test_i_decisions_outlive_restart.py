@@ -42,6 +42,24 @@ def _rail(http: httpx.Client, host: str, rail: int) -> dict:
     return next(x for x in r.json()["rails"] if x["host"] == host and x["rail"] == rail)
 
 
+def _rails_sampled_after(http: httpx.Client, host: str, t: float, timeout_s: float) -> dict[int, dict]:
+    """host's rails, from one GET /rails whose numbers its ranks sampled after t (unix time). A
+    rank samples its counters once per R2CC_STATUS_REFRESH_MS (1 s), so a read right after a load
+    shorter than that can show the bytes from before it (issue 48)."""
+    deadline = time.time() + timeout_s
+    while True:
+        r = http.get("/r2cc/v1/rails")
+        assert r.status_code == 200, f"GET /r2cc/v1/rails: HTTP {r.status_code} {r.text[:300]}"
+        rails = {x["rail"]: x for x in r.json()["rails"] if x["host"] == host}
+        sampled = {k: (x["sampled_at"], x["stale"]) for k, x in sorted(rails.items())}
+        if rails and all(at is not None and at > t for at, _ in sampled.values()):
+            return rails
+        if time.time() > deadline:
+            raise AssertionError(f"no view of {host}'s rails sampled after {t:.3f} within {timeout_s} s "
+                                 f"(rail: (sampled_at, stale) {sampled}, view updated {r.json()['updated']:.3f})")
+        time.sleep(0.1)
+
+
 def _wait_state(http: httpx.Client, host: str, rail: int, state: str, timeout_s: float) -> dict:
     deadline = time.time() + timeout_s
     while True:
@@ -92,14 +110,19 @@ def test_a_drain_with_a_reason_outlives_a_vllm_restart(lab, model_dir, session, 
                              capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0, cli.stderr
         assert f"rail{RAIL} drain by {BY}" in cli.stdout and REASON in cli.stdout, cli.stdout
-        sent0 = _rail(http, host, RAIL)["bytes_sent"]
-        others0 = sum(_rail(http, host, k)["bytes_sent"] for k in (0, 2, 3))
+        before = _rails_sampled_after(http, host, 0.0, 5.0)
+        sent0, others0 = before[RAIL]["bytes_sent"], sum(before[k]["bytes_sent"] for k in (0, 2, 3))
+        load_t0 = time.time()
         load = run_load(dep.url, dep.model, LOAD)
         assert load.results and not load.failed, [r.error for r in load.failed][:3]
-        after = _rail(http, host, RAIL)
-        others = sum(_rail(http, host, k)["bytes_sent"] for k in (0, 2, 3)) - others0
+        # The load may be shorter than the ranks' sampling period: read counters sampled after it.
+        t_end = time.time()
+        rails = _rails_sampled_after(http, host, t_end, 15.0)
+        after = rails[RAIL]
+        others = sum(rails[k]["bytes_sent"] for k in (0, 2, 3)) - others0
         _note(f"under load: rail{RAIL} +{after['bytes_sent'] - sent0} B, rails 0/2/3 +{others} B, "
-              f"{len(load.ok)} requests ok")
+              f"{len(load.ok)} requests ok; load {t_end - load_t0:.2f} s, a sample after it "
+              f"{time.time() - t_end:.2f} s later")
         assert after["state"] == "drained" and after["bytes_sent"] == sent0 and others > 0, after
         # Undrain clears the record: the rail carries traffic again and the file forgets it.
         r = http.post(f"/r2cc/v1/rails/{host}/{RAIL}/undrain", params={"reason": "optic replaced"}, headers=auth)

@@ -200,3 +200,14 @@ def test_the_default_status_dir_is_the_deployments_and_not_in_tmp(tmp_path, monk
     assert envs.get("R2CC_STATUS_DIR") == str(tmp_path / ".cache" / "r2cc" / "status")
     monkeypatch.setenv("R2CC_STATUS_DIR", str(tmp_path / "mine"))
     assert envs.get("R2CC_STATUS_DIR") == str(tmp_path / "mine")
+
+
+def test_each_sample_says_when_it_was_taken_and_is_numbered():
+    """Readers (the admin view) tell a sample's age from `time` and an older sample from a newer
+    one by `seq`, whatever the wall clock does."""
+    comm = FakeComm()
+    comm.stop_traffic()
+    monitor = RailMonitor(comm, "g", 0, 0, None, 10.0, "h0", state_dir="")
+    first, second = monitor.refresh_now(), monitor.refresh_now()
+    assert second["seq"] == first["seq"] + 1 and first["time"] <= second["time"] <= time.time()
+    assert monitor.snapshot() is second
