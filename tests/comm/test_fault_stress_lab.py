@@ -37,6 +37,8 @@ def _check(res):
     assert len(res[0]["faults"]) >= 3 and res[0]["counters"]["failovers"] > 0, res[0]
 
 
+@pytest.mark.slow  # ~30 s: outside the default run, in CI (-m ci)
+@pytest.mark.ci
 def test_rails_failing_and_mending_under_mixed_collectives(lab):
     _check(run_ranks(stress_workers.faults_under_mixed_collectives, 2, 20.0, 7, OPTS, timeout=240))
 

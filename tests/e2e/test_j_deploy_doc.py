@@ -166,6 +166,8 @@ def _rails(dep) -> list[dict]:
     return r.json()["rails"]
 
 
+@pytest.mark.slow  # its own two-node deployment (~1 min): outside the default run, in CI (-m ci)
+@pytest.mark.ci
 def test_the_doc_serves_and_survives_a_rail_down_mid_stream(doc_deployment, lab, reference):
     dep = doc_deployment
     # Only the doc's commands ran: each node's rails are its own host's NICs, no netns knob.

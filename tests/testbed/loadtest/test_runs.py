@@ -46,6 +46,8 @@ def _assert_r2cc_lossless(report: dict) -> None:
         assert len(a["figures"]) == 4
 
 
+@pytest.mark.slow  # 1-2 min: outside the default run, in CI (-m ci)
+@pytest.mark.ci
 @pytest.mark.timeout(900)
 def test_quick_scenario_end_to_end(tmp_path):
     report = _run(tmp_path, "r2cclq", "rail-down-restore", "--quick", timeout_s=840)
