@@ -5,12 +5,18 @@
 J=/r2cc-out/.job
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-mkdir -p /dev/pts /dev/shm /run/netns
-mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm; mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /tmp
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm
 hostname r2cc-guest
 off() { sync; echo o > /proc/sysrq-trigger; sleep 30 2>/dev/null; }  # sleep may be gone with the host
 echo "r2cc-guest: up uptime=$(cut -d' ' -f1 /proc/uptime)"
 source $J/job.env || { echo "r2cc-guest: no job.env"; off; }
+# Fresh /run and /tmp, unless the checkout lives there (a clone in /tmp): a tmpfs would hide it.
+# The overlay keeps either writable anyway.
+for d in /run /tmp; do
+    case "$GUEST_CHECKOUT/" in "$d"/*) ;; *) mount -t tmpfs tmpfs "$d" ;; esac
+done
+mkdir -p /run/netns
 
 # The guest kernel's modules live in the cache (the host's /lib/modules is for another kernel).
 mkdir -p /lib/modules && ln -sfn "$GUEST_MODULES" "/lib/modules/$(uname -r)"
