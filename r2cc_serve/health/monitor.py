@@ -9,6 +9,7 @@ operator's decisions for this group on this host (health/decisions.py) and shows
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import os
@@ -20,6 +21,11 @@ from r2cc_serve.health.decisions import DecisionStore, describe
 from r2cc_serve.health.liveness import process_identity
 from r2cc_serve import envs
 from r2cc_serve.util.priority import raise_thread_priority
+
+# Samples of this process, numbered across all its monitors: a reader tells a newer sample from an
+# older one without the clock, also when a group is rebuilt in the same process (vLLM's fault
+# tolerance re-initialises its groups: a new monitor must not start again below the old one's).
+_SAMPLE_SEQ = itertools.count(1)
 
 log = logging.getLogger("r2cc_serve.health")
 
@@ -108,7 +114,6 @@ class RailMonitor:
         self.extra = dict(extra or {})  # e.g. the control agent's address and token
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self._last: dict[tuple[int, int], str] = {}
-        self._seq = 0  # samples taken: readers tell a newer sample from an older one without the clock
         self._stalled: dict[int, bool] = {}
         self.identity = process_identity()  # lets readers of the status file tell a dead rank's leftover
         self._stop = threading.Event()
@@ -171,8 +176,7 @@ class RailMonitor:
                 self._peer_event(now, p)
             self._stalled[p["peer"]] = p["stalled"]
         status, reasons = summarize(rails, error, peers)
-        self._seq += 1
-        return {"time": now, "seq": self._seq, "group": self.group, "rank": self.rank, "node": self.node,
+        return {"time": now, "seq": next(_SAMPLE_SEQ), "group": self.group, "rank": self.rank, "node": self.node,
                 "host": self.host, "status": status, "durations": self.comm.duration_histogram(),
                 "reasons": reasons, "error": error, "error_kind": self.comm.error_kind(), "rails": rails,
                 "peers": peers, "counters": self.comm.counters(), "events": list(self.events),

@@ -209,5 +209,10 @@ def test_each_sample_says_when_it_was_taken_and_is_numbered():
     comm.stop_traffic()
     monitor = RailMonitor(comm, "g", 0, 0, None, 10.0, "h0", state_dir="")
     first, second = monitor.refresh_now(), monitor.refresh_now()
-    assert second["seq"] == first["seq"] + 1 and first["time"] <= second["time"] <= time.time()
+    assert second["seq"] > first["seq"] and first["time"] <= second["time"] <= time.time()
     assert monitor.snapshot() is second
+    # A group rebuilt in the same process (vLLM's fault tolerance) gets a new monitor, whose samples
+    # must still read as newer: the view keeps a rank's newest sample of the same process (a CI
+    # failure: health stayed "degraded" with the outage's sample after the rails came back).
+    again = RailMonitor(comm, "g", 0, 0, None, 10.0, "h0", state_dir="").refresh_now()
+    assert again["process"] == second["process"] and again["seq"] > second["seq"]
