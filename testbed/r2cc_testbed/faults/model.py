@@ -182,6 +182,12 @@ class FaultSpec:
             return []
         return [FaultSpec(_UNDO[self.kind], s.host, s.rail) for s in self.per_rail(lab_rails)]
 
+    def check_hold(self) -> "FaultSpec":
+        """UserError if +FOR is given to a fault nothing undoes later (a flap ends by itself; up, clear...)."""
+        if self.hold_s is not None and (self.kind == "flap" or not self.undo(1)):
+            raise UserError(f"{self.kind} is not undone later: leave out +{self.hold_s:g}s")
+        return self
+
     def check_target(self, hosts: int, rails: int) -> "FaultSpec":
         """UserError unless host and rail exist in a lab of hosts x rails."""
         if self.host >= hosts:
@@ -405,8 +411,7 @@ def _parse_entry(entry) -> FaultSpec:
         with labelled(f"{entry.strip()!r}"):
             if spec.after_s is None:
                 raise UserError("a schedule needs the time of each fault: add @SECONDS, e.g. h0:1:down@10s")
-            if spec.hold_s is not None and (spec.kind == "flap" or not spec.undo(1)):
-                raise UserError(f"{spec.kind} is not undone later: leave out +FOR")
+            spec.check_hold()
         return spec
     if not isinstance(entry, dict):
         raise UserError(f"expected NOTATION@SECONDS[+SECONDS] or {{at: SECONDS, do: FAULT}}, got {entry!r}")

@@ -111,8 +111,7 @@ def _fault(args) -> int:
     else:
         raise UserError(f"{' '.join(args.words)!r} is not a fault: give h<HOST>:<RAIL>:<KIND>[:ARGS][@SECONDS]"
                         "[+SECONDS] (e.g. h0:1:degrade:100mbit) or HOST RAIL KIND [ARGS] (e.g. h0 1 down)")
-    if spec.hold_s is not None and (spec.kind == "flap" or not spec.undo(1)):
-        raise UserError(f"{spec.kind} is not undone later: leave out +{spec.hold_s:g}s")
+    spec.check_hold()
     lab = Lab.load()
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True))
     undo = spec.undo(lab.rails) if spec.hold_s is not None else []
