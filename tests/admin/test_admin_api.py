@@ -33,7 +33,7 @@ def test_r2cc_rails_names_what_is_wrong_when_the_url_is_no_admin_api(stub_server
 def test_r2cc_rails_without_url_finds_the_local_api_or_says_how(stub_server):
     """Without --url `r2cc rails` asks this host's `r2cc admin` port, then vLLM's default port,
     and takes the first that answers as r2cc's admin API; none: one line naming both and --url."""
-    from r2cc_serve.admin.cli import find_local_api
+    from r2cc_serve.admin.client import find_local_api
     from r2cc_serve.errors import UserError
 
     dead = f"http://127.0.0.1:{free_port()}"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from r2cc_serve.admin.cli import render_stale
+from r2cc_serve.admin.render import render_stale
 from r2cc_serve.admin.metrics import R2CCCollector
 from r2cc_serve.admin.snapshot import Snapshot
 from r2cc_serve.admin.sources import AgentRef, StaticSource

@@ -46,7 +46,7 @@ def _conn(peer, state, hold_reason="", hold_left_s=0.0, flap_failures=0):
 
 
 def test_a_held_rail_is_shown_held_with_why_and_time_left():
-    from r2cc_serve.admin.cli import render_holds
+    from r2cc_serve.admin.render import render_holds
     from r2cc_serve.admin.snapshot import rail_view
 
     view = rail_view([_conn(1, "up", flap_failures=1),
@@ -65,7 +65,7 @@ def test_a_held_rail_is_shown_held_with_why_and_time_left():
 
 
 def test_a_lossy_rail_is_shown_held_for_loss():
-    from r2cc_serve.admin.cli import render_holds
+    from r2cc_serve.admin.render import render_holds
     from r2cc_serve.admin.snapshot import rail_view
 
     lossy = dict(_conn(1, "held", "lossy: 4.8% of 1784 segments retransmitted over 2.3 s, in 6 of its samples", 9.0),

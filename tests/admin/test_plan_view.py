@@ -1,6 +1,6 @@
 """GET /r2cc/v1/plan's content from the rank agents' states (pure), and `r2cc rails`'s line for it."""
 
-from r2cc_serve.admin.cli import render_plans
+from r2cc_serve.admin.render import render_plans
 from r2cc_serve.admin.snapshot import group_plans
 
 

@@ -113,10 +113,10 @@ def test_inside_vllm_without_an_api_key_reads_stay_open(monkeypatch):
 
 
 def test_r2cc_rails_names_what_to_set_when_reads_are_closed(closed):
-    from r2cc_serve.admin.cli import _get_doc
+    from r2cc_serve.admin.client import get_doc
     from r2cc_serve.errors import UserError
 
     with pytest.raises(UserError, match="401: this admin API needs a token for reads; set R2CC_ADMIN_READ_TOKEN"):
-        _get_doc(closed, "http://testserver/r2cc/v1/rails", "rails")
+        get_doc(closed, "http://testserver/r2cc/v1/rails", "rails")
     closed.headers["Authorization"] = f"Bearer {READ}"
-    assert _get_doc(closed, "http://testserver/r2cc/v1/rails", "rails")["rails"] == []
+    assert get_doc(closed, "http://testserver/r2cc/v1/rails", "rails")["rails"] == []
