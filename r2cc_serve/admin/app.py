@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from r2cc_serve import __version__, envs
+from r2cc_serve.admin.actions import ACTIONS
 from r2cc_serve.admin.auth import (FULL, NO_TOKEN, configured_read_token, configured_token, fingerprint, read_access,
                                    read_refusal, token_checker)
 from r2cc_serve.admin.models import ActionResult, ErrorBody, EventList, Health, PlanList, Rail, RailList
@@ -152,10 +153,8 @@ def build_router(state: AdminState) -> APIRouter:
                              responses=_ERRORS, dependencies=mutating, summary=doc, name=f"rail_{action}",
                              route_class_override=_audited(state, action))
 
-    action_route("drain", "Drain: no new chunks on this rail, in-flight ones finish, then 'drained'")
-    action_route("undrain", "Undrain: the rail takes new chunks again")
-    action_route("failover", "Fail over now: in-flight chunks re-sent on other rails; kept out until restore")
-    action_route("restore", "End a failover or a flap hold: the rail is probed and re-admitted (a hold ends at both ends)")
+    for action, summary in ACTIONS.items():  # `r2cc rails ACTION` offers the same ones
+        action_route(action, summary)
 
     @router.get("/health", response_model=Health, responses={503: {"model": Health}, **_READ_ERRORS},
                 summary="Group health")

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
+from r2cc_serve.admin.actions import ACTIONS, HOST_INDEX, RAIL_INDEX
 from r2cc_serve.errors import UserError
 from r2cc_serve.util.rates import check_rate
 from r2cc_testbed.faults.timing import split_timing
@@ -48,7 +49,7 @@ LAB_KINDS = ("down", "up", "blackhole", "clear", "degrade", "flap", "lossy", "gr
 REPAIRS = ("up", "clear")
 RAIL_FAULTS = tuple(k for k in LAB_KINDS if k not in REPAIRS)  # break one rail: what `r2cc bench` injects
 HOST_FAULTS = ("all-down",)
-ADMIN_ACTIONS = ("drain", "undrain", "failover", "restore")
+ADMIN_ACTIONS = tuple(ACTIONS)  # the admin API's, as `r2cc rails ACTION` gives them
 KINDS = LAB_KINDS + HOST_FAULTS + ADMIN_ACTIONS
 
 # What ends a fault or action on its rail; the keys are the kinds a run can hold for a while.
@@ -72,7 +73,8 @@ _USAGE = {"degrade": "one argument, RATE (e.g. 100mbit)",
           "flap": "PERIOD_MS and COUNT (e.g. 200 and 3), or none for {} and {}".format(*FLAP_DEFAULTS),
           "gray": "at most DIR and BYTES: " + _FORMS["gray"],
           "marginal": "PCT and at most DIR: " + _FORMS["marginal"]}
-_NOTATION = re.compile(r"^h?(\d+):(?:(?:rail)?(\d+):)?([a-z][a-z-]*)((?::[^:]+)*)$")
+# h<HOST>:<RAIL> read as the admin actions of `r2cc rails` read it, then the kind and its arguments.
+_NOTATION = re.compile(rf"^{HOST_INDEX}:(?:{RAIL_INDEX}:)?([a-z][a-z-]*)((?::[^:]+)*)$")
 NOTATION_HELP = ("use h<HOST>:<RAIL>:<KIND>[:ARGS], e.g. h0:1:down, h0:1:degrade:100mbit, "
                  "h0:1:flap:200:3, h0:1:lossy:1, h0:1:gray:out:600, h0:1:marginal:90, h1:2:drain, "
                  "or h<HOST>:all-down")
