@@ -40,7 +40,7 @@ def render_holds(rails: list[dict]) -> str:
     def what(h: dict) -> str:
         return "losing packets" if h["reason"].startswith("lossy") else f"{h['failures']} failures"
     lines = [f"  {r['host']} rail{r['rail']}: held {r['hold']['left_s']:.0f} s more after {what(r['hold'])} "
-             f"({r['hold']['reason']}); POST /r2cc/v1/rails/{r['host']}/{r['rail']}/restore ends it"
+             f"({r['hold']['reason']}); `r2cc rails restore {r['host']}:{r['rail']}` ends it"
              for r in rails if r.get("hold")]
     return "rails held out:\n" + "\n".join(lines) if lines else ""
 

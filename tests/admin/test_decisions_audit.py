@@ -13,8 +13,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
-import sys
 import threading
 import time
 
@@ -22,9 +20,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.admin.servers import admin_server, wait_for
 from tests.admin.test_admin_api import _r2cc
 from tests.comm import workers
-from tests.comm.harness import free_port, run_ranks, store_barrier
+from tests.comm.harness import run_ranks, store_barrier
 from tests.control.test_decisions import capture_r2cc_logs
 
 TOKEN = "audit-test-secret-7f3a"
@@ -84,40 +83,13 @@ class Group:
         return res
 
 
-def _wait(check, what: str, timeout_s: float = 20.0):
-    deadline = time.time() + timeout_s
-    while True:
-        got = check()
-        if got or time.time() > deadline:
-            assert got, f"timed out waiting for {what}"
-            return got
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def setup(tmp_path):
     status_dir, state_dir = str(tmp_path / "status"), str(tmp_path / "state")
     os.makedirs(status_dir)
-    port = free_port()
     log_path = tmp_path / "admin.log"
-    with open(log_path, "w") as out:
-        server = subprocess.Popen([sys.executable, "-m", "r2cc_serve.cli", "admin", "--port", str(port),
-                                   "--status-dir", status_dir], env=dict(os.environ, R2CC_ADMIN_TOKEN=TOKEN),
-                                  stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: _answers(base), "the admin server")
+    with admin_server(status_dir, TOKEN, log_path) as base:
         yield base, status_dir, state_dir, log_path
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _answers(base: str) -> bool:
-    try:
-        return httpx.get(base + "/r2cc/v1/health", timeout=1).status_code in (200, 503)
-    except httpx.HTTPError:
-        return False
 
 
 def _rails(c, api) -> dict:
@@ -133,7 +105,7 @@ def test_a_drain_with_a_reason_outlives_its_group_and_every_mutation_is_audited(
     # ---- the first group: decisions and refusals -------------------------------------------
     first = Group(str(tmp_path), "first", status_dir, state_dir)
     try:
-        _wait(lambda: len(_rails(c, api)) == 6, "both ranks' rails")
+        wait_for(lambda: len(_rails(c, api)) == 6, "both ranks' rails")
         r = c.post(api + "/rails/rank0/1/drain", params={"reason": REASON}, headers=auth)
         assert r.status_code == 200 and r.json()["warnings"] == [], r.text
         doc = json.load(open(state_file))
@@ -189,7 +161,7 @@ def test_a_drain_with_a_reason_outlives_its_group_and_every_mutation_is_audited(
                   and rails[("rank0", 0)]["bytes_sent"] > 0)
             return rails if ok else None
 
-        rails = _wait(drained_and_busy, "the new group up with rail 1 drained and moving bytes")
+        rails = wait_for(drained_and_busy, "the new group up with rail 1 drained and moving bytes")
         for host in ("rank0", "rank1"):
             assert rails[(host, 1)]["bytes_sent"] == rails[(host, 1)]["bytes_received"] == 0, rails[(host, 1)]
         assert [(d["action"], d["reason"], d["by"]) for d in rails[("rank0", 1)]["decisions"]] == [
@@ -201,7 +173,7 @@ def test_a_drain_with_a_reason_outlives_its_group_and_every_mutation_is_audited(
         assert c.post(api + "/rails/rank0/1/undrain", headers=auth).status_code == 200
         assert json.load(open(state_file))["rails"] == {}
         assert c.get(api + "/rails/rank0/1").json()["decisions"] == []
-        _wait(lambda: _rails(c, api)[("rank0", 1)]["bytes_sent"] > 0, "bytes on rail 1 after the undrain")
+        wait_for(lambda: _rails(c, api)[("rank0", 1)]["bytes_sent"] > 0, "bytes on rail 1 after the undrain")
     finally:
         res = second.stop()
     reapplied = [line for line in res[0]["logs"] if "re-applied rail1 drain" in line]

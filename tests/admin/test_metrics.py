@@ -56,7 +56,7 @@ def test_a_held_rail_is_shown_held_with_why_and_time_left():
     assert view["hold"]["reason"].startswith("flapping: 3 failures") and view["hold"]["left_s"] == 7.5
     assert rail_view([_conn(1, "up")])["hold"] is None
     line = render_holds([dict(view, host="node0")])
-    assert "node0 rail2: held 8 s more after 4 failures" in line and "/restore" in line
+    assert "node0 rail2: held 8 s more after 4 failures" in line and "r2cc rails restore node0:2" in line
     text = _text([dict(view, host="node0", detection_s=0.06)])
     for want in ('r2cc_rail_state{host="node0",rail="2",state="held"} 1.0', 'r2cc_rail_up{host="node0",rail="2"} 0.0',
                  'r2cc_rail_hold_seconds{host="node0",rail="2"} 7.5',
