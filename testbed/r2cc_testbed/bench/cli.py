@@ -61,6 +61,9 @@ def register(subparsers) -> None:
                         "load tests call default, default-rails and default-mptcp: vLLM's default backend is gloo")
     p.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size (default 2)")
+    p.add_argument("--first-calls", type=int, default=0, metavar="N",
+                   help="also time the first N calls of each launch's fresh group, before any warm-up, at "
+                        "the first size, and print them apart: what a just-started group costs (default 0)")
     p.add_argument("--warmup-s", type=float, default=0.0, metavar="SECONDS",
                    help="repeat the warm-up until this much time has passed (default 0: --warmup calls only). "
                         "Latency studies use 1, so the timed calls see the steady state: r2cc's spin gate "
@@ -147,6 +150,8 @@ def options_from_args(args, rate: str | None = None):
 
     if args.iters < 1 or args.warmup < 0 or not 0 <= args.warmup_s <= 600:
         raise UserError("--iters must be >= 1, --warmup >= 0 and --warmup-s between 0 and 600 seconds")
+    if not 0 <= args.first_calls <= 100000:
+        raise UserError(f"--first-calls must be between 0 and 100000, not {args.first_calls}")
     if args.timeout <= 0 or args.fault_timeout <= 0:
         raise UserError("--timeout and --fault-timeout must be positive")
     if args.followups is not None and args.followups < 0:
@@ -173,7 +178,7 @@ def options_from_args(args, rate: str | None = None):
         hosts=args.hosts, rails=args.rails, rate=rate, mtu=args.mtu,
         op=args.op, sizes=sizes, backends=backends, iters=args.iters,
         schedules=spec.parse_schedules(args.schedule, args.op, backends), holds=holds,
-        warmup=args.warmup, warmup_s=args.warmup_s, faults=faults,
+        warmup=args.warmup, warmup_s=args.warmup_s, first_calls=args.first_calls, faults=faults,
         timeout_s=args.timeout, fault_timeout_s=args.fault_timeout, followups=args.followups,
         fault_reps=args.fault_reps, hold_traffic_s=args.hold_traffic,
         keep_lab=args.keep_lab)

@@ -66,6 +66,10 @@ def summarize_measure(backend: str, op: str, world: int, size: int, entries: lis
                mean_chunk_bytes=mean_chunk_bytes(entries),
                rail_errors=sorted({x for e in entries for x in e.get("rail_errors", [])})[:8])
     row.update(switch_counts(per_iter, p99, entries))
+    if all(e.get("first_times") for e in entries):
+        first = np.max(np.array([e["first_times"] for e in entries]), axis=0)
+        row["first_calls"] = {"n": len(first), "p50_s": float(np.percentile(first, 50)), "p99_s": tail(first, 99),
+                              "max_s": float(first.max()), "first_s": float(first[0])}
     if schedule and entries[0].get("plan"):
         row["plan"] = entries[0]["plan"]
     if schedule and entries[0].get("plan_ran"):  # every rank ran the same plan
@@ -241,6 +245,7 @@ def table(report: dict) -> str:
                         if r.get("failovers") or r.get("resent_bytes") else ""))
     for x in report.get("skipped") or []:
         lines.append(f"{x['backend']:14} skipped: {x['reason']}")
+    lines += first_calls_table(report["results"])
     short = [f"p{p:g} needs {n} timed calls" for p, n in TAIL_MIN_ITERS.items() if report["iters"] < n]
     if short:
         lines.append(f"({'; '.join(short)} (--iters): '-' below that; the JSON keeps every row's histogram)")
@@ -280,6 +285,23 @@ def table(report: dict) -> str:
         lines.append("extra ms: the faulted op beyond `base ms` (see baseline=); vs free: beyond the backend's own "
                      "fault-free p50 in this launch, the same yardstick for every backend")
     return "\n".join(lines)
+
+
+def first_calls_table(results: list[dict]) -> list[str]:
+    """Lines for the rows that timed a fresh group's first calls (--first-calls), with each
+    backend's p50 against r2cc's; [] when none did."""
+    rows = [r for r in results if r.get("first_calls") and not r.get("schedule")]
+    if not rows:
+        return []
+    ref = next((r["first_calls"]["p50_s"] for r in rows if r["backend"] == "r2cc"), None)
+    lines = ["", f"first calls of a fresh group, before any warm-up ({rows[0]['first_calls']['n']} calls):",
+             f"{'backend':14} {'bytes':>6} {'call 1 ms':>10} {'p50 ms':>10} {'p99 ms':>10} {'max ms':>10} {'p50/r2cc':>8}"]
+    for r in rows:
+        f = r["first_calls"]
+        lines.append(f"{r['backend']:14} {format_size(r['bytes']):>6} {_ms(f['first_s']):>10} {_ms(f['p50_s']):>10} "
+                     f"{_ms(f['p99_s']):>10} {_ms(f['max_s']):>10} "
+                     f"{_num(f['p50_s'] / ref if ref else None, '.2f'):>8}")
+    return lines
 
 
 def rate_table(reports: list[dict]) -> str:

@@ -50,6 +50,7 @@ class BenchOptions:
     holds: list[BenchFault] = field(default_factory=list)  # faults held for the whole r2cc launch
     hold_traffic_s: float = 0.0  # bulk traffic after the held faults are in place, before measuring
     warmup_s: float = 0.0  # warm-up repeated until this long (rank 0's clock decides for all)
+    first_calls: int = 0  # calls of a fresh group timed apart, before any warm-up (first size only)
     spin_us: int | None = None  # R2CC_SPIN_US for the r2cc ranks (None: the caller's environment)
 
 
@@ -90,7 +91,8 @@ class Bench:
             rep.add_ratios(results)
             rep.add_free_extras(results, faults)
             report = {"op": o.op, "hosts": o.hosts, "rails": o.rails, "rate": o.rate, "mtu": o.mtu,
-                      "iters": o.iters, "warmup": o.warmup, "warmup_s": o.warmup_s, "results": results, "faults": faults,
+                      "iters": o.iters, "warmup": o.warmup, "warmup_s": o.warmup_s, "first_calls": o.first_calls,
+                      "results": results, "faults": faults,
                       "held_faults": [h.text for h in o.holds], "schedules": o.schedules,
                       "skipped": self.skipped,
                       "spin_us": o.spin_us if o.spin_us is not None else envs.get("R2CC_SPIN_US"),
@@ -186,7 +188,8 @@ class Bench:
         budget = STARTUP_S + sum(o.timeout_s * max(1, len(t.get("schedules") or [])) if t["kind"] != "fault"
                                  else o.timeout_s + per_fault + 30 for t in tasks)
         cfg = {"launch": name, "backend": backend, "op": o.op, "world": o.hosts, "rails": self.rails,
-               "iters": o.iters, "warmup": o.warmup, "warmup_s": o.warmup_s, "tasks": tasks, "followups": self.followups,
+               "iters": o.iters, "warmup": o.warmup, "warmup_s": o.warmup_s, "first_calls": o.first_calls,
+               "tasks": tasks, "followups": self.followups,
                "store_host": self.hosts.store_host, "store_port": self.store.port, "out_dir": self.tmp,
                "parent_pid": os.getpid(), "startup_s": STARTUP_S, "deadline_s": budget,
                # gloo raises after this; a fault launch must not wait minutes for it.

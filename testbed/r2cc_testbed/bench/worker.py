@@ -237,6 +237,8 @@ class Worker:
             ref = data.reference(self.op, self.rank, size, self.world)
             runner = b.runner(self.op, inp)
             first, last = {}, {}
+            # A fresh group's first calls, timed before anything else runs on it (first size only).
+            cold = self._time_calls(b, runner, self.cfg.get("first_calls", 0)) if self.warmups == 0 else []
             for k in schedules:
                 use(k)
                 runner.reset()
@@ -282,6 +284,8 @@ class Worker:
                 entry.update(chunk_bytes_sent=chunks[0], chunks_sent=chunks[1])  # r2cc's chunk size
                 if a["failovers"]:
                     entry["rail_errors"] = b.rail_errors()
+                if cold and k == schedules[0]:
+                    entry["first_times"] = cold
                 entry.update(times=a["times"], starts=a["starts"], switches=a["switches"], cpu_s=a["cpu"],
                              rail_tx_bytes=a["tx"],
                              bit_exact=first[k][0] and last[k][0], close=first[k][1] and last[k][1],
@@ -301,6 +305,19 @@ class Worker:
                   file=sys.stderr, flush=True)
         finally:
             self.watchdog.disarm()
+
+    @staticmethod
+    def _time_calls(b, runner, calls: int) -> list[float]:
+        """Seconds each of `calls` calls took, each started together after a barrier as the timed
+        loop's are."""
+        times = []
+        for _ in range(calls):
+            runner.reset()
+            b.barrier()
+            t0 = time.perf_counter()
+            runner.run()
+            times.append(time.perf_counter() - t0)
+        return times
 
     def _warm_up(self, runner, calls: int) -> None:
         self.warmups += 1

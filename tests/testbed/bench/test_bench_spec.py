@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -269,3 +271,27 @@ def test_warm_up_runs_until_rank_0_s_time_is_up_and_every_rank_runs_as_many_call
     # as many, neither fewer (its own time was up after 2 batches) nor more.
     assert runs == [16, 16] and runners[0].calls == runners[1].calls == 16, runs
     assert run_in_threads(lambda r: warm_up(Runner(r), 3, 0.0, r, store, "warm/2")) == [3, 3]  # calls only
+
+
+def test_a_fresh_group_s_first_calls_are_reported_apart():
+    first = [0.004] + [0.001] * 299  # the first call of the group is the slow one
+    rows = [report.summarize_measure(b, "all_reduce", 2, 4096,
+                                     [_entry([0.001]) | {"first_times": first}, _entry([0.001]) | {"first_times": first}])
+            for b in ("r2cc", "mpi")]
+    rows[1]["first_calls"]["p50_s"] = 0.002
+    assert rows[0]["first_calls"] == {"n": 300, "p50_s": 0.001, "p99_s": pytest.approx(0.001), "max_s": 0.004,
+                                      "first_s": 0.004}
+    text = "\n".join(report.first_calls_table(rows))
+    assert "first calls of a fresh group, before any warm-up (300 calls)" in text, text
+    assert text.splitlines()[-1].split() == ["mpi", "4K", "4.000", "2.000", "1.000", "4.000", "2.00"], text
+    # Without --first-calls the rows carry none and the table says nothing.
+    assert "first_calls" not in report.summarize_measure("r2cc", "all_reduce", 2, 4096, [_entry([1.0])] * 2)
+    assert report.first_calls_table([rows[0] | {"first_calls": None}]) == []
+
+
+def test_first_calls_out_of_range_is_refused():
+    for bad in ("-1", "100001"):
+        rc = subprocess.run([sys.executable, "-m", "r2cc_serve.cli", "bench", "--first-calls", bad],
+                            capture_output=True, text=True, timeout=60)
+        assert rc.returncode != 0 and "--first-calls must be between 0 and 100000" in rc.stderr, rc.stderr
+        assert "Traceback" not in rc.stderr
