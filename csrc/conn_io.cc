@@ -198,6 +198,17 @@ size_t TransportImpl::bulk_chunk_locked(const Peer& p) const {
   return std::min(opt_.chunk_bytes, std::max(grain, fits));
 }
 
+double TransportImpl::chunk_cost_bytes_locked(const Peer& p) const {
+  double slowest = 0;
+  for (auto& c : p.conns) {
+    if (!conn_takes_chunks_locked(*c, p)) continue;
+    const double bw = c->st.bandwidth_Bps;
+    if (bw <= 0) return kAssumedChunkCostBytes;
+    slowest = slowest == 0 ? bw : std::min(slowest, bw);
+  }
+  return slowest * kChunkCostUs * 1e-6;
+}
+
 int TransportImpl::rails_taking_chunks_locked(const Peer& p) const {
   int n = 0;
   for (auto& c : p.conns) n += conn_takes_chunks_locked(*c, p);

@@ -27,18 +27,26 @@ namespace {
 constexpr int64_t kSampleNs = 100000000;  // 100 ms
 constexpr double kSmoothing = 0.3;        // weight of the newest sample: ~1 s to settle
 
-// Microseconds some thread on the host has waited for a core since boot (-1: no PSI).
-int64_t cpu_pressure_total_us() {
+struct CpuPressure {
+  int64_t total_us = -1;  // some thread on the host has waited for a core this long since boot (-1: no PSI)
+  double avg10 = 0;       // the kernel's own share over the last 10 s (0..1)
+};
+
+CpuPressure read_cpu_pressure() {
+  CpuPressure out;
   const int fd = open("/proc/pressure/cpu", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+  if (fd < 0) return out;
   char buf[256];
   const ssize_t n = read(fd, buf, sizeof(buf) - 1);
   close(fd);
-  if (n <= 0) return -1;
+  if (n <= 0) return out;
   buf[n] = '\0';
-  // "some avg10=.. avg60=.. avg300=.. total=N\n..."
+  // "some avg10=0.29 avg60=.. avg300=.. total=N\n..." (avg in percent)
   const char* total = strstr(buf, "total=");
-  return total ? strtoll(total + 6, nullptr, 10) : -1;
+  const char* avg10 = strstr(buf, "avg10=");
+  if (total) out.total_us = strtoll(total + 6, nullptr, 10);
+  if (avg10) out.avg10 = std::clamp(strtod(avg10 + 6, nullptr) / 100.0, 0.0, 1.0);
+  return out;
 }
 }  // namespace
 
@@ -49,7 +57,8 @@ void TransportImpl::sample_cpu_pressure(int64_t now) {
     return;
   }
   if (psi_sampled_ns_ && now - psi_sampled_ns_ < kSampleNs) return;
-  const int64_t total = cpu_pressure_total_us();
+  const CpuPressure psi = read_cpu_pressure();
+  const int64_t total = psi.total_us;
   if (total < 0) {
     spin_host_ok_.store(false, std::memory_order_relaxed);
     cpu_pressure_.store(1, std::memory_order_relaxed);
@@ -61,6 +70,12 @@ void TransportImpl::sample_cpu_pressure(int64_t now) {
     const float smooth = float(cpu_pressure_.load(std::memory_order_relaxed) * (1 - kSmoothing) + share * kSmoothing);
     cpu_pressure_.store(smooth, std::memory_order_relaxed);
     spin_host_ok_.store(smooth < opt_.spin_max_cpu_pressure, std::memory_order_relaxed);
+  } else if (psi_total_us_ < 0) {
+    // The first reading has no interval of its own yet: start from the kernel's last 10 s, so
+    // a group on an idle host spins from its first call rather than ~0.2 s later (a cold
+    // start's 300 small calls are over by then).
+    cpu_pressure_.store(float(psi.avg10), std::memory_order_relaxed);
+    spin_host_ok_.store(psi.avg10 < opt_.spin_max_cpu_pressure, std::memory_order_relaxed);
   }
   psi_total_us_ = total;
   psi_sampled_ns_ = now;

@@ -2,7 +2,9 @@
 // guarded by TransportImpl::mu_ except the payload bytes themselves.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -16,14 +18,29 @@ namespace r2cc {
 
 inline size_t num_chunks(size_t len, size_t chunk) { return len == 0 ? 0 : (len + chunk - 1) / chunk; }
 
-// Chunk size for a message: large messages use the configured chunk; smaller ones
-// are still cut so that every rail gets a share.
+constexpr size_t kMinChunkBytes = 16 * 1024;  // a smaller message is one chunk
+
+// Chunk size for a message spread over `rails`: large messages use the configured chunk;
+// smaller ones are still cut so that each of those rails gets a share.
 inline size_t chunk_size_for(size_t len, size_t max_chunk, int rails) {
-  const size_t min_chunk = 16 * 1024;
+  const size_t min_chunk = kMinChunkBytes;
   size_t per_rail = (len + size_t(rails) - 1) / size_t(rails);
   size_t c = per_rail < max_chunk ? per_rail : max_chunk;
   if (c < min_chunk) c = min_chunk;
   return c;
+}
+
+// How many of `rails` a message below bulk size is spread over. Every chunk costs the two ends
+// a fixed CPU time whatever its size (a write, a read, a frame and its ack), paid one chunk after
+// another, while the chunks' bytes cross their rails side by side: k rails take about
+// k*c + len/(k*B), least at k = sqrt(len/(c*B)). chunk_cost_bytes is c*B, what the slowest rail
+// moves in that fixed time (0: not known yet; every rail then takes a share, as on slow rails:
+// at 1 Gbit/s c*B is ~1 KiB and a 64 KiB message wants all four). No chunk under kMinChunkBytes.
+inline int stripe_rails(size_t len, int rails, double chunk_cost_bytes) {
+  if (chunk_cost_bytes <= 0) return rails;
+  const int k = int(std::lround(std::sqrt(double(len) / chunk_cost_bytes)));
+  const int by_floor = int(std::max<size_t>(1, len / kMinChunkBytes));
+  return std::clamp(k, 1, std::max(1, std::min(rails, by_floor)));
 }
 
 struct OutMsg {

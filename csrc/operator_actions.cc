@@ -228,6 +228,24 @@ std::vector<PeerStats> TransportImpl::peer_stats() const {
     s.has_path = peer_has_path_locked(*p);
     s.closed = p->closed;
     s.chunk_bytes = bulk_chunk_locked(*p);
+    s.chunk_cost_bytes = chunk_cost_bytes_locked(*p);
+    const int rails = rails_taking_chunks_locked(*p);
+    // The striping choice as two sizes: from which message up a second rail, and every rail, take a share.
+    auto chunks_at = [&](size_t len) {
+      return num_chunks(len, chunk_size_for(len, chunk_grain(), stripe_rails(len, rails, s.chunk_cost_bytes)));
+    };
+    auto smallest_with = [&](size_t want) {  // chunks_at grows with len up to the bulk size
+      size_t lo = 1, hi = chunk_grain() * size_t(rails);
+      if (chunks_at(hi) < want) return hi + 1;  // only bulk messages (which use every rail)
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (chunks_at(mid) >= want) hi = mid;
+        else lo = mid + 1;
+      }
+      return lo;
+    };
+    s.one_rail_max_bytes = smallest_with(2) - 1;
+    s.all_rails_min_bytes = smallest_with(size_t(rails));
     out.push_back(s);
   }
   return out;
@@ -239,6 +257,7 @@ Counters TransportImpl::counters() const {
   c.spin_hits = spin_hits_.load();
   c.spin_misses = spin_misses_.load();
   c.spin_skips = spin_skips_.load();
+  c.spin_briefs = spin_briefs_.load();
   c.cpu_pressure = cpu_pressure_.load();
   return c;
 }

@@ -91,9 +91,11 @@ Op TransportImpl::post_send(int peer, const void* buf, size_t len) {
   // message became four 512 KiB chunks on three rails, one of which carried two (4 MiB
   // all_reduce at 2 x 4 rails, one drained: 15.8 ms against 10.6 ms on a 3-rail lab).
   // (Below a grain per rail the bulk size makes no difference: skip working it out.)
+  // A smaller message goes on as many of them as pay for their chunks (stripe_rails).
   const int rails = rails_taking_chunks_locked(p);
-  const size_t bulk = len > chunk_grain() * size_t(rails) ? bulk_chunk_locked(p) : chunk_grain();
-  m->chunk = chunk_size_for(len, bulk, rails);
+  const bool is_bulk = len > chunk_grain() * size_t(rails);
+  const size_t bulk = is_bulk ? bulk_chunk_locked(p) : chunk_grain();
+  m->chunk = chunk_size_for(len, bulk, is_bulk ? rails : stripe_rails(len, rails, chunk_cost_bytes_locked(p)));
   m->nchunks = num_chunks(len, m->chunk);
   m->acked.assign(m->nchunks, 0);
   m->on_rail.assign(m->nchunks, -1);
@@ -302,11 +304,11 @@ bool TransportImpl::any_op_done(const Op* ops, size_t n) const {
   return false;
 }
 
-void TransportImpl::spin_until_any_done(const Op* ops, size_t n) const {
+void TransportImpl::spin_until_any_done(const Op* ops, size_t n, int64_t budget_ns) const {
   // A waiter that does not drive (another caller does): the driver or the receive thread
   // completes the op; this one sees it without the futex sleep and wake-up
   // that a condition variable costs. Only worth it where a core is free to spin.
-  const int64_t until = now_ns() + int64_t(opt_.spin_us) * 1000;
+  const int64_t until = now_ns() + budget_ns;
   for (unsigned k = 0;; ++k) {
     for (size_t i = 0; i < n; ++i)
       if (op_done(ops[i])) return;
@@ -373,10 +375,11 @@ void TransportImpl::wait_ops(const Op* ops, size_t n, std::vector<size_t>* done)
       rx_drive_once(ops, n, kWaitSliceMs);
       lk.lock();
     } else {
-      if (!spun && spin_worthwhile()) {  // once: then sleep like any other waiter
+      const int64_t budget = spun ? 0 : spin_budget_ns();
+      if (budget) {  // once: then sleep like any other waiter
         spun = true;
         lk.unlock();
-        spin_until_any_done(ops, n);
+        spin_until_any_done(ops, n, budget);
         lk.lock();
         continue;
       }

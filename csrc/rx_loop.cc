@@ -172,11 +172,12 @@ void TransportImpl::rx_ack_now_locked(Peer& p, Conn& c) {
 
 void TransportImpl::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (rx_drive_ready(ops, n)) return;
-  if (spin_worthwhile()) {
-    // Poll instead of sleeping: no wake-up at all when the bytes come within spin_us. A peer
+  if (const int64_t budget = spin_budget_ns()) {
+    // Poll instead of sleeping: no wake-up at all when the bytes come within the budget. A peer
     // this late may be waiting for a message of ours lost on a dead rail: the hedge copies
     // this rank owes go out now (a peer on time answers well within kHedgeAfterUs).
-    const int64_t start = now_ns(), until = start + int64_t(opt_.spin_us) * 1000;
+    const bool brief = budget < int64_t(opt_.spin_us) * 1000;
+    const int64_t start = now_ns(), until = start + budget;
     const int64_t hedge_at = start + hedge_after_ns();
     epoll_event ev[2];
     bool hit = false, hedged = false;
@@ -192,7 +193,7 @@ void TransportImpl::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
       }
       run_due_pass_on_caller(now);  // instead of the watchdog preempting some caller for it
     }
-    note_spin(hit);
+    note_spin(hit, brief);
     if (hit) note_reply(now_ns() - start);
     if (any_op_done(ops, n)) return;
   }
@@ -242,21 +243,27 @@ void TransportImpl::note_reply(int64_t waited_ns) {
   spin_reply_ns_.store(r + (waited_ns - r) / 8, std::memory_order_relaxed);
 }
 
-bool TransportImpl::spin_worthwhile() {
-  // Spin while most spins end in data (a peer that answers within spin_us: a free core on
+int64_t TransportImpl::spin_budget_ns() {
+  // Spin while most spins end in data (a peer that answers within the budget: a free core on
   // each side); after a run of misses (the peer is computing, or waits for a CPU our spinning
   // would take) sleep at once, and spin on one wait in kSpinProbeEvery to notice a change.
-  if (opt_.spin_us <= 0) return false;
-  if (!spin_host_ok_.load(std::memory_order_relaxed)) {  // another thread wants the core
-    spin_skips_.fetch_add(1, std::memory_order_relaxed);
-    return false;
+  // While another thread wants a core (host pressure), only briefly, on the same terms.
+  if (opt_.spin_us <= 0) return 0;
+  const bool host_ok = spin_host_ok_.load(std::memory_order_relaxed);
+  const int64_t budget = int64_t(host_ok ? opt_.spin_us : std::min(opt_.spin_us, kBriefSpinUs)) * 1000;
+  const float rate = (host_ok ? spin_hit_rate_ : brief_hit_rate_).load(std::memory_order_relaxed);
+  if (rate >= kSpinKeepRate || ++spin_probe_ % kSpinProbeEvery == 0) {
+    if (!host_ok) spin_briefs_.fetch_add(1, std::memory_order_relaxed);
+    return budget;
   }
-  return spin_hit_rate_.load(std::memory_order_relaxed) >= kSpinKeepRate || ++spin_probe_ % kSpinProbeEvery == 0;
+  if (!host_ok) spin_skips_.fetch_add(1, std::memory_order_relaxed);
+  return 0;
 }
 
-void TransportImpl::note_spin(bool hit) {
-  const float r = spin_hit_rate_.load(std::memory_order_relaxed);
-  spin_hit_rate_.store(r + (float(hit) - r) / 8, std::memory_order_relaxed);
+void TransportImpl::note_spin(bool hit, bool brief) {
+  auto& rate = brief ? brief_hit_rate_ : spin_hit_rate_;
+  const float r = rate.load(std::memory_order_relaxed);
+  rate.store(r + (float(hit) - r) / 8, std::memory_order_relaxed);
   if (hit) spin_hits_.fetch_add(1, std::memory_order_relaxed);
   else spin_misses_.fetch_add(1, std::memory_order_relaxed);
 }

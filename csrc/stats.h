@@ -71,6 +71,11 @@ namespace r2cc {
 //   has_path       some rail to the peer is connected and not suspect
 //   closed         the peer closed its communicator (said goodbye): its rails' downs are no fault
 //   chunk_bytes    chunk size of the next bulk message to the peer (sized to its slowest rail)
+//   chunk_cost_bytes  a chunk's fixed CPU cost as bytes of the slowest rail (16 KiB assumed
+//                     until the rails are measured); a message below bulk size goes on about
+//                     sqrt(size / this) rails
+//   one_rail_max_bytes  the largest message that now goes on one rail alone
+//   all_rails_min_bytes the smallest message that now goes on every rail taking chunks
 #define R2CC_PEER_STATS(X)        \
   X(int, peer, -1)                \
   X(bool, stalled, false)         \
@@ -80,7 +85,10 @@ namespace r2cc {
   X(double, silent_s, 0)          \
   X(bool, has_path, true)         \
   X(bool, closed, false)          \
-  X(uint64_t, chunk_bytes, 0)
+  X(uint64_t, chunk_bytes, 0)     \
+  X(double, chunk_cost_bytes, 0)  \
+  X(uint64_t, one_rail_max_bytes, 0) \
+  X(uint64_t, all_rails_min_bytes, 0)
 
 // Totals of the transport.
 //   spin_hits      waits that spun and got their bytes without sleeping
@@ -94,7 +102,9 @@ namespace r2cc {
 //   writer_chunks  data chunks a rail's writer thread wrote (the rest left from a caller)
 //   holds          rails held out for flapping (flap dampening) or loss
 //   loss_holds     rails held out because they lose packets (loss.cc)
-//   spin_skips     waits that slept at once because the host's CPU was under pressure
+//   spin_skips     waits that slept at once: the host's CPU was under pressure and brief polls
+//                  had stopped paying
+//   spin_briefs    waits that polled only briefly (kBriefSpinUs) because of that pressure
 //   cpu_pressure   share of the last ~second some thread on the host waited for a core (0..1)
 //   watchdog_passes      watchdog passes (one per tick)
 //   watchdog_locked_us   time the watchdog's passes took, in total (under the transport lock
@@ -120,6 +130,7 @@ namespace r2cc {
   X(uint64_t, holds, 0)                 \
   X(uint64_t, loss_holds, 0)            \
   X(uint64_t, spin_skips, 0)            \
+  X(uint64_t, spin_briefs, 0)           \
   X(double, cpu_pressure, 0)            \
   X(uint64_t, watchdog_passes, 0)       \
   X(uint64_t, watchdog_locked_us, 0)    \

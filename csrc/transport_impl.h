@@ -237,7 +237,7 @@ class TransportImpl {
   void refill_freed_rails_locked(Peer& p, std::unique_lock<std::mutex>& lk);
   // wait() and wait_some(): returns once any of ops[0..n) is done (their indices into *done if given).
   void wait_ops(const Op* ops, size_t n, std::vector<size_t>* done);
-  void spin_until_any_done(const Op* ops, size_t n) const;  // lock free; up to spin_us
+  void spin_until_any_done(const Op* ops, size_t n, int64_t budget_ns) const;  // lock free
   bool any_op_done(const Op* ops, size_t n) const;  // lock free (atomics only)
   void on_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all);
   void enqueue_ack_locked(Peer& p, uint64_t seq, uint64_t idx, bool all, bool urgent);
@@ -272,10 +272,11 @@ class TransportImpl {
   bool rx_drive_ready(const Op* ops, size_t n);  // never blocks; true if it handled a stream
   void rx_send_owed_acks_locked();  // the driving caller's acks of what it read, one write per peer
   void rx_ack_now_locked(Peer& p, Conn& c);  // p's owed acks on c now, else by a writer
-  // Adaptive spinning (spin_us > 0): whether this wait should poll before it sleeps, and how
-  // a spin ended (data or done within spin_us, or not). Lock free; only a driving caller notes.
-  bool spin_worthwhile();
-  void note_spin(bool hit);
+  // Adaptive spinning (spin_us > 0): how long this wait may poll before it sleeps, in ns (0:
+  // sleep at once), and how a spin ended (data or done within its budget, or not). Lock free;
+  // only a driving caller notes.
+  int64_t spin_budget_ns();
+  void note_spin(bool hit, bool brief);
   // A spinning caller's copies are due once its peer is kHedgeLateFactor times later than
   // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
   static constexpr int64_t kHedgeLateFactor = 4;
@@ -331,6 +332,16 @@ class TransportImpl {
   size_t bulk_chunk_locked(const Peer& p) const;
   size_t chunk_grain() const { return std::min(opt_.min_chunk_bytes, opt_.chunk_bytes); }
   static constexpr int kChunkTimeMs = 8;
+  // What a chunk's fixed cost (kChunkCostUs of CPU at the two ends) is worth in bytes on p's
+  // slowest rail taking chunks (stripe_rails, messages.h). Until every such rail is measured
+  // (bulk traffic measures them; decode-sized messages never do) kAssumedChunkCostBytes: a
+  // 64 KiB message then goes on two rails. Unshaped 2-host lab, 8 alternated launches of 1000
+  // all_reduces: 64 KiB p50 0.080 ms on two rails against 0.108 on four, 96 KiB 0.109 against
+  // 0.136; at 1gbit two 32 KiB chunks were at least as fast as four of 16 (the shaper's bucket
+  // passes a burst that small at once).
+  double chunk_cost_bytes_locked(const Peer& p) const;
+  static constexpr double kChunkCostUs = 8;
+  static constexpr double kAssumedChunkCostBytes = 16 * 1024;
   FrameHeader start_chunk_locked(Conn& c, const Chunk& chunk, int64_t now, bool hedge = false);
   // Writes `frames` (control frames, then the chunk's header last) and the chunk's bytes;
   // blocks, lock free. A write the caller's own stop cut short (the chunk was delivered
@@ -426,7 +437,15 @@ class TransportImpl {
   static constexpr unsigned kSpinProbeEvery = 16;
   std::atomic<float> spin_hit_rate_{1.0f};
   std::atomic<unsigned> spin_probe_{0};
-  std::atomic<uint64_t> spin_hits_{0}, spin_misses_{0}, spin_skips_{0};
+  std::atomic<uint64_t> spin_hits_{0}, spin_misses_{0}, spin_skips_{0}, spin_briefs_{0};
+  // Under CPU pressure a waiter still polls for up to kBriefSpinUs while such brief polls
+  // usually end in data (their own hit rate, same keep rate and probes). A sleep costs a reply
+  // that comes within them a wake-up, 50-80 us on this box: a 4 KiB all_reduce took 0.10 ms
+  // instead of 0.025 whenever the gate was shut, and with two ranks spinning on a 2-core lab
+  // host the pressure crossed the bar about a third of the time (p90 4x the median). A brief
+  // poll takes a core another thread wants for at most kBriefSpinUs; one that misses stops.
+  static constexpr int kBriefSpinUs = 50;
+  std::atomic<float> brief_hit_rate_{1.0f};
   // How long a spinning caller usually waits for its peer's bytes (smoothed over ~8 spins
   // that got them): a fixed 50 us hedge delay sent nearly every 4 KiB message twice on a
   // loaded VM where replies took 50-80 us, and the copies' own CPU made replies later still.

@@ -109,6 +109,9 @@ class PeerStats:
     has_path: bool
     closed: bool
     chunk_bytes: int
+    chunk_cost_bytes: float
+    one_rail_max_bytes: int
+    all_rails_min_bytes: int
     FIELDS: ClassVar[list[str]]
     def as_dict(self) -> dict[str, int | float | bool]: ...
 
@@ -127,6 +130,7 @@ class Counters:
     holds: int
     loss_holds: int
     spin_skips: int
+    spin_briefs: int
     cpu_pressure: float
     watchdog_passes: int
     watchdog_locked_us: int

@@ -185,11 +185,13 @@ _knob("R2CC_SPIN_US", 1000, int,
       "0: never spin.",
       transport="spin_us")
 _knob("R2CC_SPIN_MAX_CPU_PRESSURE", 0.10, float,
-      "Spin only while the host's CPU pressure (/proc/pressure/cpu: the share of time some "
-      "runnable thread waited for a core, over about a second) is below this, so a spin never "
-      "takes a core that a model worker or another rank wants. An idle host's pressure is near "
-      "0; the 2-core lab serving a model sits far above 0.1. 1: spin whatever the load; without "
-      "PSI in the kernel a rank spins only at 1.",
+      "Spin for R2CC_SPIN_US only while the host's CPU pressure (/proc/pressure/cpu: the share of "
+      "time some runnable thread waited for a core, over about a second; at start the kernel's "
+      "last 10 s) is below this, so a spin never holds a core that a model worker or another rank "
+      "wants. Above it a wait polls for at most 50 us, and only while such brief polls get their "
+      "bytes (a sleep costs those a 50-80 us wake-up); else it sleeps at once. An idle host's "
+      "pressure is near 0; the 2-core lab serving a model sits far above 0.1. 1: spin whatever "
+      "the load; without PSI in the kernel a rank spins in full only at 1.",
       transport="spin_max_cpu_pressure")
 _knob("R2CC_PORT_RANGE", PortRange(29650, 29749), _port_range,
       "Ports r2cc listens on, FIRST-LAST: each rail listener of a rank and its control agent take the "

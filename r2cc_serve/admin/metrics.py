@@ -184,6 +184,9 @@ class R2CCCollector:
         waits = CounterMetricFamily("r2cc_spin_waits", "waits for a collective's bytes by how they went: hit (spun "
                                     "and got them), miss (spun for nothing, then slept), skip (slept at once: the "
                                     "host's CPU was under pressure)", labels=["host", "rank", "outcome"])
+        briefs = CounterMetricFamily("r2cc_spin_brief_waits", "of the waits that spun (hit or miss), those that "
+                                     "polled only briefly (50 us at most) because the host's CPU was under pressure",
+                                     labels=["host", "rank"])
         pressure = GaugeMetricFamily("r2cc_host_cpu_pressure", "share of the last ~second some thread on the host "
                                      "waited for a core, as r2cc's spin gate sees it (sampled only while "
                                      "R2CC_SPIN_US > 0)", labels=["host"])
@@ -195,12 +198,13 @@ class R2CCCollector:
             spins = spin_waits(states)
             if not spins:  # agents of older builds do not report them
                 continue
-            for outcome, key in zip(("hit", "miss", "skip"), SPIN_COUNTERS):
+            for outcome, key in (("hit", "spin_hits"), ("miss", "spin_misses"), ("skip", "spin_skips")):
                 waits.add_metric([host, rank, outcome], spins[key])
+            briefs.add_metric([host, rank], spins["spin_briefs"])
             per_host[host] = max(per_host.get(host, 0.0), spins["cpu_pressure"])
         for host, value in sorted(per_host.items()):
             pressure.add_metric([host], value)
-        return waits, pressure
+        return waits, briefs, pressure
 
     @staticmethod
     def _durations(snap):

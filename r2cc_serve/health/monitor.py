@@ -33,7 +33,7 @@ MAX_EVENTS = 256
 # A reader that needs every rank's counters as of now (byte totals after a load) touches this
 # file in the status directory: each monitor rewrites its file at its next sample.
 REFRESH_REQUEST = ".refresh"
-SPIN_COUNTERS = ("spin_hits", "spin_misses", "spin_skips")  # counters(): how waits went (R2CC_SPIN_US)
+SPIN_COUNTERS = ("spin_hits", "spin_misses", "spin_skips", "spin_briefs")  # counters(): how waits went (R2CC_SPIN_US)
 
 
 def spin_waits(snapshots) -> dict:
@@ -45,7 +45,7 @@ def spin_waits(snapshots) -> dict:
         if "spin_skips" not in c:
             continue
         for k in SPIN_COUNTERS:
-            out[k] = out.get(k, 0) + int(c[k])
+            out[k] = out.get(k, 0) + int(c.get(k, 0))  # spin_briefs: not in agents of older builds
         out["cpu_pressure"] = max(out.get("cpu_pressure", 0.0), float(c.get("cpu_pressure", 0.0)))
     return out
 

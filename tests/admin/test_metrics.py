@@ -83,16 +83,17 @@ def test_a_lossy_rail_is_shown_held_for_loss():
 
 
 def test_spin_waits_are_summed_per_rank_and_pressure_is_per_host():
-    def state(host, hits, misses, skips, pressure):
+    def state(host, hits, misses, skips, pressure, briefs=0):
         return {"host": host, "counters": {"spin_hits": hits, "spin_misses": misses, "spin_skips": skips,
-                                           "cpu_pressure": pressure}}
+                                           "spin_briefs": briefs, "cpu_pressure": pressure}}
 
-    states = {("tp:0", 0): state("node0", 90, 10, 5, 0.02), ("world", 0): state("node0", 1, 0, 0, 0.04),
+    states = {("tp:0", 0): state("node0", 90, 10, 5, 0.02, briefs=30), ("world", 0): state("node0", 1, 0, 0, 0.04),
               ("tp:0", 1): state("node1", 0, 0, 700, 0.6), ("old", 2): {"host": "node2", "counters": {}}}
     text = _text([_rail("node0", 0, "up")], states=states)
     for want in ('r2cc_spin_waits_total{host="node0",outcome="hit",rank="0"} 91.0',
                  'r2cc_spin_waits_total{host="node0",outcome="miss",rank="0"} 10.0',
                  'r2cc_spin_waits_total{host="node1",outcome="skip",rank="1"} 700.0',
+                 'r2cc_spin_brief_waits_total{host="node0",rank="0"} 30.0',
                  'r2cc_host_cpu_pressure{host="node0"} 0.04', 'r2cc_host_cpu_pressure{host="node1"} 0.6'):
         assert want in text, (want, [l for l in text.splitlines() if "spin" in l or "pressure" in l])
     assert 'host="node2"' not in text  # an agent of an older build: no made-up zeros

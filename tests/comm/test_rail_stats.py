@@ -1,5 +1,7 @@
 """What the transport reports about its rails (loopback; no root needed)."""
 
+import pytest
+
 from tests.comm import workers
 from tests.comm.harness import run_ranks
 
@@ -19,6 +21,28 @@ def test_bandwidth_is_measured_on_large_transfers_only():
         assert r["mean_chunk"] > grain, r  # ... and the next messages really are cut that way
 
 
+def test_small_messages_take_as_many_rails_as_pay_for_their_chunks():
+    # Before any rail is measured a chunk's fixed cost is taken as 16 KiB: a 64 KiB message goes
+    # on sqrt(64 / 16) = 2 rails, 256 KiB on all four. Large transfers then measure loopback's
+    # rails, and the choice follows kChunkCostUs of the slowest; peer_stats() says what it is.
+    res = run_ranks(workers.striping_follows_measured_bandwidth, 2, {}, timeout=180)
+    for r in res:
+        assert r["unmeasured"] == {"chunk_cost_bytes": 16384, "one_rail_max_bytes": (36 << 10) - 1,
+                                   "all_rails_min_bytes": 196 << 10}, r  # sqrt >= 1.5, 3.5
+        assert 1.9 <= r["unmeasured_64k"] <= 2.3, r  # (a late message's hedge copy adds one)
+        cost = r["measured"]["chunk_cost_bytes"]
+        assert cost == pytest.approx(min(r["bandwidth"]) * 8e-6, rel=1e-6), r  # kChunkCostUs of the slowest
+        # The reported choice is the one taken: 64 KiB goes on one rail, some or all of them.
+        one, every = r["measured"]["one_rail_max_bytes"], r["measured"]["all_rails_min_bytes"]
+        assert one >= (16 << 10) and every > one, r
+        want = 1 if 64 << 10 <= one else 4 if 64 << 10 >= every else None
+        if want is None:
+            assert 1.9 <= r["measured_64k"] <= 3.3, r
+        else:
+            assert want - 0.1 <= r["measured_64k"] <= want + 0.3, r
+        assert r["measured_256k"] >= r["measured_64k"] - 0.1, r
+
+
 def test_spinning_stops_when_it_does_not_pay():
     # spin_max_cpu_pressure 1: spin whatever the host's load (this test is about the hit-rate gate)
     res = run_ranks(workers.spin_pays_or_stops, 2, {"spin_us": 200, "spin_max_cpu_pressure": 1.0}, timeout=180)
@@ -36,14 +60,26 @@ def test_no_spinning_at_spin_us_0():
 
 def test_spinning_yields_to_a_busy_host():
     # Three busy-looping processes on this host: threads wait for cores (CPU pressure), so a
-    # waiting rank sleeps at once instead of taking a core; the same waits spin on an idle host.
+    # waiting rank polls briefly at most (kBriefSpinUs) or sleeps at once instead of taking a
+    # core for the whole spin_us; the same waits spin in full on an idle host.
     res = run_ranks(workers.spin_under_cpu_pressure, 2, {"spin_us": 200}, timeout=180)
     for r in res:
         assert r["busy"]["cpu_pressure"] > 0.10, r  # the default bar
-        assert r["busy"]["spin_skips"] > 100 and r["busy"]["spins"] <= 20, r
+        assert r["busy"]["spin_skips"] + r["busy"]["briefs"] > 100 and r["busy"]["full_spins"] <= 20, r
     never = run_ranks(workers.spin_under_cpu_pressure, 2, {"spin_us": 200, "spin_max_cpu_pressure": 0.0},
                       timeout=180)
-    assert all(r["idle"]["spins"] == 0 and r["idle"]["spin_skips"] > 0 for r in never), never
+    for r in never:
+        assert r["idle"]["full_spins"] == 0 and r["idle"]["spin_skips"] + r["idle"]["briefs"] > 0, never
+
+
+def test_under_cpu_pressure_a_wait_polls_briefly_while_that_pays():
+    # spin_max_cpu_pressure 0: the host gate is always shut, as on a host whose cores are all
+    # wanted. A prompt peer's bytes still come within a brief poll (no wake-up); a peer 3 ms
+    # late makes brief polls miss, and they stop as full spins do (one wait in 16 probes).
+    res = run_ranks(workers.spin_pays_or_stops, 2, {"spin_us": 1000, "spin_max_cpu_pressure": 0.0}, timeout=180)
+    assert sum(r["quick_briefs"] for r in res) > 0, res
+    assert sum(r["quick_hits"] for r in res) > 0, res
+    assert res[0]["late_misses"] <= 50 and res[0]["late_briefs"] <= 60, res
 
 
 def test_a_goodbye_is_logged_quietly_and_a_fault_is_not():

@@ -320,6 +320,35 @@ def bandwidth_from_large_transfers_only(rank, world, store, opts):
         comm.close()
 
 
+def striping_follows_measured_bandwidth(rank, world, store, opts):
+    """Chunks per message of 64 KiB and 256 KiB all_reduces (one message each way: one-shot) and
+    the striping choice peer_stats() reports, before any rail is measured and after large
+    transfers measured them. Four rails, as the lab's hosts have."""
+    comm = open_comm(rank, world, store, rails=LOOPBACK_RAILS + ["127.0.0.4"], **opts)
+
+    def chunks_per_message(size: int, calls: int = 100) -> float:
+        x = make_input(rank, size // 4, torch.float32)
+        before = sum(s["chunks_sent"] for s in comm.rail_stats())
+        for _ in range(calls):
+            comm.all_reduce(x.clone())
+        return (sum(s["chunks_sent"] for s in comm.rail_stats()) - before) / calls
+
+    def choice() -> dict:
+        p = comm.peer_stats()[0]
+        return {k: p[k] for k in ("chunk_cost_bytes", "one_rail_max_bytes", "all_rails_min_bytes")}
+    try:
+        out = {"unmeasured": choice(), "unmeasured_64k": chunks_per_message(64 << 10)}
+        large = make_input(rank, 4 << 20, torch.float32)
+        for _ in range(6):
+            comm.all_reduce(large.clone())
+        time.sleep(0.05)  # one more watchdog pass
+        out.update(measured=choice(), bandwidth=[s["bandwidth_Bps"] for s in comm.rail_stats()],
+                   measured_64k=chunks_per_message(64 << 10), measured_256k=chunks_per_message(256 << 10))
+        return out
+    finally:
+        comm.close()
+
+
 def spin_pays_or_stops(rank, world, store, opts):
     """Spinning waits (opts spin_us) against a peer that answers at once, then against one that
     is 3 ms late every time: spinning must pay in the first phase and stop in the second."""
@@ -335,8 +364,10 @@ def spin_pays_or_stops(rank, world, store, opts):
             comm.all_reduce(x.clone())
         late = comm.counters()
         return {"quick_hits": quick["spin_hits"], "quick_misses": quick["spin_misses"],
+                "quick_briefs": quick["spin_briefs"],
                 "late_hits": late["spin_hits"] - quick["spin_hits"],
-                "late_misses": late["spin_misses"] - quick["spin_misses"]}
+                "late_misses": late["spin_misses"] - quick["spin_misses"],
+                "late_briefs": late["spin_briefs"] - quick["spin_briefs"]}
     finally:
         comm.close()
 
@@ -357,7 +388,9 @@ def spin_under_cpu_pressure(rank, world, store, opts):
             for _ in range(500):
                 comm.all_reduce(x.clone())
             c1 = comm.counters()
-            return {"spins": (c1["spin_hits"] + c1["spin_misses"]) - (c0["spin_hits"] + c0["spin_misses"]),
+            spins = (c1["spin_hits"] + c1["spin_misses"]) - (c0["spin_hits"] + c0["spin_misses"])
+            briefs = c1["spin_briefs"] - c0["spin_briefs"]
+            return {"full_spins": spins - briefs, "briefs": briefs,
                     "spin_skips": c1["spin_skips"] - c0["spin_skips"], "cpu_pressure": c1["cpu_pressure"]}
         idle = phase()
         store_barrier(store, "idle-done", rank, world)

@@ -154,18 +154,24 @@ def test_recovery_wait_follows_a_flap_hold_and_only_a_hold(tmp_path, monkeypatch
 
 
 def test_spin_waits_sum_the_workers_and_keep_the_highest_pressure():
-    def doc(hits, misses, skips, pressure):
-        return {"counters": {"spin_hits": hits, "spin_misses": misses, "spin_skips": skips, "cpu_pressure": pressure}}
+    def doc(hits, misses, skips, pressure, briefs=0):
+        return {"counters": {"spin_hits": hits, "spin_misses": misses, "spin_skips": skips, "spin_briefs": briefs,
+                             "cpu_pressure": pressure}}
 
     from r2cc_serve.health.monitor import spin_waits
 
-    status = {"a.json": doc(5, 1, 100, 0.4), "b.json": doc(2, 0, 50, 0.7), "old.json": {"counters": {}}}
-    assert spin_waits(status.values()) == {"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure": 0.7}
+    older_build = {"counters": {"spin_hits": 1, "spin_misses": 0, "spin_skips": 0, "cpu_pressure": 0.1}}
+    status = {"a.json": doc(5, 1, 100, 0.4, briefs=3), "b.json": doc(2, 0, 50, 0.7), "old.json": {"counters": {}},
+              "older.json": older_build}
+    assert spin_waits(status.values()) == {"spin_hits": 8, "spin_misses": 1, "spin_skips": 150, "spin_briefs": 3,
+                                           "cpu_pressure": 0.7}
     assert spin_waits([{"rails": []}]) == {}
     from r2cc_testbed.serving.serve_bench import _spin_text
 
-    text = _spin_text({"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "cpu_pressure_last": 0.7})
-    assert "spun 8 (7 got their bytes), slept at once 150 (CPU pressure 0.70)" in text, text
+    text = _spin_text({"spin_hits": 7, "spin_misses": 1, "spin_skips": 150, "spin_briefs": 3,
+                       "cpu_pressure_last": 0.7})
+    assert "spun 8 (7 got their bytes), 3 of them only briefly" in text, text
+    assert "slept at once 150 (CPU pressure 0.70)" in text, text
 
 
 def test_prefill_bench_reads_the_planned_schedule_and_renders():

@@ -193,6 +193,7 @@ def _spin_text(spins: dict | None) -> str:
     if not spins:
         return ""
     return (f"; waits spun {spins['spin_hits'] + spins['spin_misses']} ({spins['spin_hits']} got their bytes), "
+            f"{spins.get('spin_briefs', 0)} of them only briefly, the CPU being wanted; "
             f"slept at once {spins['spin_skips']} (CPU pressure {spins['cpu_pressure_last']:.2f})")
 
 
