@@ -12,7 +12,7 @@ directory per deployment), plugin.register() calls install() in every vLLM proce
   start-up, profiling runs or admin RPCs; a collective inside another counts once;
 - three clocks each: wall (time.perf_counter), the calling thread's CPU (time.thread_time) and
   the whole process's CPU (time.process_time, which also sees helper threads: r2cc's rail
-  threads, gloo's event loop);
+  threads, the gloo process group's worker threads);
 - steps are kept apart by kind: "decode" (every scheduled request got one token) and "prefill"
   (some request got more: a prompt chunk, beside decodes or alone).
 

@@ -47,12 +47,13 @@ SHARE_HELP = (
     "The share of a decode step spent in collectives (eager mode): each worker, whatever the backend, times "
     "vLLM's collective calls (GroupCoordinator all_reduce, all_gather, gather, ...) from entry to return inside "
     "its decode steps (execute_model + sample_tokens; steps with a prompt chunk are left out) with the same "
-    "clocks. Printed per backend and rank, median round: collective calls per step, wall ms inside them and in "
-    "the whole step, and their share of the step's wall time, of the calling thread's CPU time and of the worker "
-    "process's CPU time (helper threads too: r2cc's rail threads, gloo's event loop). The wall share bounds what "
-    "any faster communicator could save of a step (it includes waiting for the other rank); the rest is the "
-    "worker's own compute. The engine's time between steps is in neither. The clocks cost a few us per call, "
-    "printed as a share of the step. Not measured with --compile.")
+    "clocks. Printed per backend and rank (each figure the median of the rounds): collective calls per step, "
+    "wall ms inside them and in the whole step, and their share of the step's wall time, of the calling "
+    "thread's CPU time and of the worker process's CPU time (helper threads too: r2cc's rail threads, the gloo "
+    "process group's worker threads). The wall share bounds what any faster communicator could save of a step "
+    "(it includes waiting for the other rank); the rest is the worker's own compute. The engine's time between "
+    "steps is in neither. The clocks cost a few us per call, printed as a share of the step. Not measured with "
+    "--compile.")
 SHARE_KEYS = ("steps", "calls_per_step", "coll_s_per_step", "step_s", "coll_cpu_s_per_step", "step_cpu_s",
               "wall_share", "cpu_share", "proc_cpu_share")
 NO_SHARE_UNDER_COMPILE = ("not measured with --compile: vLLM's own backend is traced into the graph there, out of "
@@ -273,7 +274,7 @@ def share_lines(result: dict) -> list[str]:
     if not rows:
         return []
     lines = ["Inside collectives per decode step, per worker (every backend timed alike in the worker: "
-             "vLLM's collective calls, from entry to return; median round):",
+             "vLLM's collective calls, from entry to return; each figure the median of the rounds):",
              f"{'backend':14} {'rank':>4} {'steps':>6} {'calls':>6} {'in coll.':>9} {'step':>9} {'wall':>6} "
              f"{'CPU thr':>7} {'CPU proc':>8}  clocks' cost"]
     for name, rank, v in rows:
