@@ -290,8 +290,9 @@ def _sum(totals: list[dict]) -> dict:
 
 def per_step(t: dict) -> dict:
     """What the totals of some steps mean per step: wall seconds inside collectives and in the whole
-    step, the same in thread CPU, the shares of the step's wall, thread-CPU and process-CPU time
-    spent inside collectives, and calls per step (None where there was no step or no time)."""
+    step, the same in thread CPU and in process CPU, the shares of the step's wall, thread-CPU and
+    process-CPU time spent inside collectives, and calls per step (None where there was no step or
+    no time)."""
     n = t["steps"]
 
     def share(part: str, whole: str):
@@ -303,6 +304,7 @@ def per_step(t: dict) -> dict:
     return {"steps": n, "calls_per_step": per("calls", 2),
             "coll_s_per_step": per("coll_wall_s"), "step_s": per("wall_s"),
             "coll_cpu_s_per_step": per("coll_cpu_s"), "step_cpu_s": per("cpu_s"),
+            "coll_proc_cpu_s_per_step": per("coll_proc_cpu_s"), "step_proc_cpu_s": per("proc_cpu_s"),
             "wall_share": share("coll_wall_s", "wall_s"), "cpu_share": share("coll_cpu_s", "cpu_s"),
             "proc_cpu_share": share("coll_proc_cpu_s", "proc_cpu_s"),
             "ops_per_step": {k: round(v / n, 2) for k, v in sorted(t["ops"].items())} if n else {}}

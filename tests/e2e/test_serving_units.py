@@ -205,6 +205,7 @@ def test_serve_bench_step_share_medians_and_table():
     def rank(wall_share, steps=100):
         return {"decode": {"steps": steps, "calls_per_step": 10.0, "coll_s_per_step": None if wall_share is None else 0.02 * wall_share,
                            "step_s": 0.02, "coll_cpu_s_per_step": 0.002, "step_cpu_s": 0.015,
+                           "coll_proc_cpu_s_per_step": 0.006, "step_proc_cpu_s": 0.015,
                            "wall_share": wall_share, "cpu_share": 0.13, "proc_cpu_share": 0.4},
                 "overhead_us_per_call": 3.0}
 

@@ -125,6 +125,7 @@ def test_a_decode_step_is_execute_model_and_sample_tokens_with_the_collectives_i
     assert s["cpu_share"] == pytest.approx(2.5 / 12.5, abs=1e-4)  # shares are rounded to 4 digits
     # process CPU (helper threads too): 3 x 1 + 1 of 9 + 3 + 1 + 1
     assert s["proc_cpu_share"] == pytest.approx(4 / 14, abs=1e-4)
+    assert s["coll_proc_cpu_s_per_step"] == pytest.approx(0.004) and s["step_proc_cpu_s"] == pytest.approx(0.014)
     assert s["ops_per_step"] == {"all_gather": 1.0, "all_reduce": 3.0}
     assert rig.clock.totals["prefill"]["steps"] == 0
 

@@ -55,7 +55,7 @@ SHARE_HELP = (
     "steps is in neither. The clocks cost a few us per call, printed as a share of the step. Not measured with "
     "--compile.")
 SHARE_KEYS = ("steps", "calls_per_step", "coll_s_per_step", "step_s", "coll_cpu_s_per_step", "step_cpu_s",
-              "wall_share", "cpu_share", "proc_cpu_share")
+              "coll_proc_cpu_s_per_step", "step_proc_cpu_s", "wall_share", "cpu_share", "proc_cpu_share")
 NO_SHARE_UNDER_COMPILE = ("not measured with --compile: vLLM's own backend is traced into the graph there, out of "
                           "the clocks' reach")
 
