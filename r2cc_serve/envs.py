@@ -263,6 +263,11 @@ _knob("R2CC_FT_AUTO_RETRY", True, _bool,
       "{\"instruction\": \"retry\"} resumes the engine (before vLLM's engine_recovery_timeout_sec).")
 _knob("R2CC_FT_RETRY_INTERVAL_S", 0.5, float,
       "Pause between two automatic retries while the rails are still down.")
+_knob("R2CC_STEP_SHARE_DIR", "", str,
+      "Measuring only (serve-bench sets it): each vLLM worker times its steps and the collectives "
+      "inside them, for any backend, and writes the totals to <dir>/rank<R>.json (r2cc_serve/vllm/"
+      "step_share.py; its clocks cost 3-11 us per collective call here, under 0.5% of a decode step). "
+      "Empty (default): nothing is timed.")
 _knob("R2CC_FT_REFORM_TIMEOUT_S", 3.0, float,
       "One retry's bound for re-forming a group: the ranks meeting in the store, then at least "
       "one rail to every peer connecting. A retry that runs out leaves the engine unhealthy.")

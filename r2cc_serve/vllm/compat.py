@@ -420,3 +420,64 @@ def fault_tolerance_request(instruction: str, request_id: str) -> Any:
     from vllm.v1.fault_tolerance.utils import FaultToleranceRequest
 
     return FaultToleranceRequest(instruction=instruction, params={}, request_id=request_id)
+
+
+# --- the share of a step spent in collectives (step_share.py; serve-bench only) --------------------
+
+# GroupCoordinator's blocking collectives in the pinned vLLM (vllm/distributed/parallel_state.py):
+# every one a model's forward pass or sampler calls reaches its device communicator (r2cc's,
+# vLLM's CPU one over gloo or shared memory) or torch.distributed through one of these. The
+# isend/irecv variants only post (pipeline parallelism) and are left out.
+GROUP_COLLECTIVES = ("all_reduce", "all_gather", "all_gatherv", "reduce_scatter", "reduce_scatterv",
+                     "reduce_scatterv_into_output", "gather", "broadcast", "broadcast_object",
+                     "broadcast_object_list", "broadcast_tensor_dict", "send_object", "recv_object",
+                     "send_tensor_dict", "recv_tensor_dict", "send", "recv", "barrier", "dispatch", "combine")
+
+
+def time_group_collectives(wrap: Callable[[Callable], Callable], cls: type | None = None) -> None:
+    """Replace each of GROUP_COLLECTIVES on vLLM's GroupCoordinator (or `cls`) by wrap(method), once.
+
+    At this level every backend is reached the same way, whatever its device communicator; in
+    eager mode only: under torch.compile vLLM's own backend is traced into the graph through
+    these methods, where a wrapper would be traced too."""
+    if cls is None:
+        from vllm.distributed.parallel_state import GroupCoordinator as cls
+    if getattr(cls, "_r2cc_timed", False):
+        return
+    for name in GROUP_COLLECTIVES:
+        method = getattr(cls, name, None)
+        if callable(method):
+            setattr(cls, name, wrap(method))
+    cls._r2cc_timed = True
+
+
+def time_worker_steps(wrap_execute: Callable[[Callable], Callable], wrap_sample: Callable[[Callable], Callable],
+                      cls: type | None = None) -> None:
+    """Wrap the two calls one engine step makes on every worker, once: execute_model(scheduler_output)
+    (the forward pass) and sample_tokens(grammar_output), which follows when execute_model returned
+    None (vllm/v1/engine/core.py, EngineCore.step; the CPU platform turns async scheduling off, so
+    they run in this order on the worker's one RPC thread). Patched on WorkerWrapperBase (or `cls`),
+    which the multiproc executor calls for every worker type; sample_tokens is reached there
+    through __getattr__ in the pinned vLLM, so the wrapper forwards to the worker."""
+    if cls is None:
+        from vllm.v1.worker.worker_base import WorkerWrapperBase as cls
+    if getattr(cls, "_r2cc_steps_timed", False):
+        return
+    cls.execute_model = wrap_execute(cls.execute_model)
+
+    def sample_tokens(self, *args, **kwargs):
+        return self.worker.sample_tokens(*args, **kwargs)
+
+    cls.sample_tokens = wrap_sample(cls.__dict__.get("sample_tokens", sample_tokens))
+    cls._r2cc_steps_timed = True
+
+
+def step_tokens(scheduler_output: Any) -> tuple[int, int]:
+    """(requests scheduled, tokens scheduled) of one engine step's SchedulerOutput: a decode step
+    schedules one token per request, a step with a prompt chunk more."""
+    return len(scheduler_output.num_scheduled_tokens), int(scheduler_output.total_num_scheduled_tokens)
+
+
+def worker_rank(worker_wrapper: Any) -> int:
+    """The global rank of the worker behind a WorkerWrapperBase (0 and 1 for TP=2 over two nodes)."""
+    return int(worker_wrapper.global_rank)

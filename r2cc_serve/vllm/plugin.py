@@ -98,6 +98,10 @@ def register() -> None:
     if backend() not in BACKENDS:
         raise UserError(f"R2CC_DISTRIBUTED_BACKEND={backend()!r}; use one of {', '.join(BACKENDS)}")
     compat.check_vllm_version()
+    if envs.get("R2CC_STEP_SHARE_DIR"):  # serve-bench's clocks, the same for every backend
+        from r2cc_serve.vllm import step_share
+
+        step_share.install(envs.get("R2CC_STEP_SHARE_DIR"))
     compat.add_engine_cli_args(_add_flag)
     compat.update_additional_config(
         lambda: {"r2cc_distributed_backend": "r2cc"} if backend() == "r2cc" else {})

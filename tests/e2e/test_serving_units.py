@@ -203,3 +203,35 @@ def test_prefill_bench_refuses_bad_input_with_one_line():
         bench_prefill.parse_holds(["h7:0:down"], 4, 4)
     with pytest.raises(UserError, match="flap"):
         bench_prefill.parse_holds(["h1:0:flap"], 4, 4)
+
+
+def test_serve_bench_step_share_medians_and_table():
+    from r2cc_testbed.serving.serve_bench import NO_SHARE_UNDER_COMPILE, median_step_share, share_lines
+
+    def rank(wall_share, steps=100):
+        return {"decode": {"steps": steps, "calls_per_step": 10.0, "coll_s_per_step": None if wall_share is None else 0.02 * wall_share,
+                           "step_s": 0.02, "coll_cpu_s_per_step": 0.002, "step_cpu_s": 0.015,
+                           "coll_proc_cpu_s_per_step": 0.006, "step_proc_cpu_s": 0.015,
+                           "wall_share": wall_share, "cpu_share": 0.13, "proc_cpu_share": 0.4},
+                "overhead_us_per_call": 3.0}
+
+    rounds = [{"0": rank(0.5), "1": rank(0.4)}, {"0": rank(0.3), "1": rank(None, steps=0)}, {"0": rank(0.4)}]
+    med = median_step_share(rounds)
+    assert med["0"]["decode"]["wall_share"] == 0.4 and med["1"]["decode"]["wall_share"] == 0.4  # None left out
+    assert med["1"]["decode"]["steps"] == 50 and med["0"]["overhead_us_per_call"] == 3.0
+    lines = share_lines({"backends": {"default": {"step_share": med}, "r2cc": {}}})
+    row = next(line for line in lines if line.startswith("default") and " 0 " in line)
+    # 10 calls x 3 us of a 20 ms step: the clocks cost 0.15% of it
+    assert "40.0%" in row and "13.0%" in row and "8.00 ms" in row and "20.00 ms" in row and "0.15% of a step" in row
+    assert share_lines({"backends": {"r2cc": {}}}) == []
+    assert NO_SHARE_UNDER_COMPILE in share_lines({"backends": {}, "step_share": NO_SHARE_UNDER_COMPILE})[0]
+
+
+def test_node_env_asks_for_step_share_only_when_told(monkeypatch):
+    from r2cc_testbed.serving import vllm_env
+
+    monkeypatch.setenv("R2CC_STEP_SHARE_DIR", "/stray/from/the/caller")
+    env = vllm_env.node_env(backend="default", rails=["rail0"], tmpdir="/t", status_dir="/s")
+    assert "R2CC_STEP_SHARE_DIR" not in env
+    env = vllm_env.node_env(backend="r2cc", rails=["rail0"], tmpdir="/t", status_dir="/s", step_share_dir="/run/x")
+    assert env["R2CC_STEP_SHARE_DIR"] == "/run/x"

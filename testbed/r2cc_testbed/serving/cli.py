@@ -37,8 +37,9 @@ def register(sub) -> None:
     demo.add_arguments(p)
     p.set_defaults(func=_demo)
 
-    b = sub.add_parser("serve-bench", help="decode tokens/s and TPOT: r2cc vs vLLM's default backend",
-                       description=serve_bench.__doc__.split("\n")[0])
+    b = sub.add_parser("serve-bench", help="decode tokens/s, TPOT and the collective share of a decode step: "
+                                           "r2cc vs vLLM's default backend",
+                       description=serve_bench.__doc__.split("\n")[0], epilog=serve_bench.SHARE_HELP)
     serve_bench.add_arguments(b)
     b.set_defaults(func=_bench)
 

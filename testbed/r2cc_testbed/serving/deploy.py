@@ -54,6 +54,7 @@ class Deployment:
     run_dir: str
     status_dir: str       # R2CC_STATUS_DIR of every worker
     lab: object
+    step_share_dir: str | None = None  # R2CC_STEP_SHARE_DIR of every worker (step_share=True), else None
     startup_s: float = 0.0
     warmup_s: float = 0.0
     leftovers: list[str] = field(default_factory=list)  # filled in at exit: processes still alive
@@ -89,45 +90,47 @@ def check_port_free(host: str, port: int) -> None:
 
 def single_instance(lab, model_dir: str, backend: str = "r2cc", port: int = 8123, *, enforce_eager: bool = True,
                     extra_env: dict | None = None, extra_args=(), log_dir: str | None = None,
-                    startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True, tp: int = 2):
+                    startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True, tp: int = 2,
+                    step_share: bool = False):
     """(a): one vLLM with TP=tp (2, or 4 with the tiny model's 4 heads) in the root namespace,
-    rank r's rails in lab host r."""
+    rank r's rails in lab host r. step_share: every worker times its steps and the collectives
+    inside them into dep.step_share_dir (r2cc_serve/vllm/step_share.py)."""
     vllm_env.check_backend(backend, "single")
     if tp not in (2, 4) or tp > lab.hosts:
         raise UserError(f"TP={tp} needs tp in (2, 4) (the tiny model has 4 heads) and as many lab hosts "
                         f"(the lab has {lab.hosts})")
     rails = [lab.rail_ifname(k) for k in range(lab.rails)]
 
-    def start(run_dir: str, status_dir: str) -> tuple[list[Proc], str]:
+    def start(run_dir: str, status_dir: str, step_share_dir: str | None) -> tuple[list[Proc], str]:
         check_port_free("127.0.0.1", port)
         tmp = _mkdir(run_dir, "tmp-node0")
         env = vllm_env.node_env(backend=backend, rails=rails, tmpdir=tmp, status_dir=status_dir,
                                 netns_template=f"{lab.prefix}-h{{rank}}", mgmt_ifname=lab.mgmt_ifname,
-                                extra=extra_env)
+                                extra=extra_env, step_share_dir=step_share_dir)
         argv = vllm_env.serve_argv(model_dir=model_dir, backend=backend, host="127.0.0.1", port=port,
                                    enforce_eager=enforce_eager, served_name=SERVED_NAME, extra_args=extra_args,
                                    tp=tp)
         proc = Proc("node0", PRIVATE_SHM + argv, env, os.path.join(log_dir or run_dir, "vllm-node0.log"))
         return [proc], f"http://127.0.0.1:{port}"
 
-    return _deployment("single", lab, backend, start, log_dir, startup_timeout_s, warmup)
+    return _deployment("single", lab, backend, start, log_dir, startup_timeout_s, warmup, step_share)
 
 
 def two_nodes(lab, model_dir: str, backend: str = "r2cc", port: int = 8000, *, enforce_eager: bool = True,
               extra_env: dict | None = None, extra_args=(), log_dir: str | None = None,
-              startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True):
-    """(b): one vLLM node per lab host (hosts 0 and 1), TP=2 across them."""
+              startup_timeout_s: float = STARTUP_TIMEOUT_S, warmup: bool = True, step_share: bool = False):
+    """(b): one vLLM node per lab host (hosts 0 and 1), TP=2 across them; step_share as in (a)."""
     vllm_env.check_backend(backend)
     rails = [lab.rail_ifname(k) for k in range(lab.rails)]
     master = lab.mgmt_ip(0)
 
-    def start(run_dir: str, status_dir: str) -> tuple[list[Proc], str]:
+    def start(run_dir: str, status_dir: str, step_share_dir: str | None) -> tuple[list[Proc], str]:
         procs = []
         for node in (0, 1):
             tmp = _mkdir(run_dir, f"tmp-node{node}")
             env = vllm_env.node_env(backend=backend, rails=rails, tmpdir=tmp, status_dir=status_dir,
                                     host_ip=lab.mgmt_ip(node), mgmt_ifname=lab.mgmt_ifname, extra=extra_env,
-                                    lab=lab)
+                                    lab=lab, step_share_dir=step_share_dir)
             argv = vllm_env.serve_argv(model_dir=model_dir, backend=backend, host="0.0.0.0", port=port,
                                        enforce_eager=enforce_eager, served_name=SERVED_NAME,
                                        multi_node=(node, 2, master), extra_args=extra_args)
@@ -135,24 +138,26 @@ def two_nodes(lab, model_dir: str, backend: str = "r2cc", port: int = 8000, *, e
             procs.append(Proc(f"node{node}", argv, env, os.path.join(log_dir or run_dir, f"vllm-node{node}.log")))
         return procs, f"http://{master}:{port}"
 
-    return _deployment("two_nodes", lab, backend, start, log_dir, startup_timeout_s, warmup)
+    return _deployment("two_nodes", lab, backend, start, log_dir, startup_timeout_s, warmup, step_share)
 
 
 @contextlib.contextmanager
-def _deployment(shape, lab, backend, start, log_dir, startup_timeout_s, warmup) -> Iterator[Deployment]:
+def _deployment(shape, lab, backend, start, log_dir, startup_timeout_s, warmup,
+                step_share=False) -> Iterator[Deployment]:
     if shutil.which("vllm") is None:
         raise DeployError("the `vllm` command is not on PATH; run scripts/install_vllm.sh")
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix=f"r2cc-serve-{shape}-{backend}-", dir=_short_tmp())
     status_dir = _mkdir(run_dir, "status")
+    step_share_dir = _mkdir(run_dir, "step-share") if step_share else None
     procs: list[Proc] = []
     dep = None
     try:
         started = time.monotonic()
         _say(f"starting {shape} backend={backend} (logs in {log_dir or run_dir})")
-        procs, url = start(run_dir, status_dir)
-        dep = Deployment(shape, backend, url, SERVED_NAME, procs, run_dir, status_dir, lab)
+        procs, url = start(run_dir, status_dir, step_share_dir)
+        dep = Deployment(shape, backend, url, SERVED_NAME, procs, run_dir, status_dir, lab, step_share_dir)
         wait_healthy(dep, startup_timeout_s)
         dep.startup_s = time.monotonic() - started
         _say(f"{url} healthy after {dep.startup_s:.0f} s")

@@ -13,6 +13,9 @@ on the r2cc deployment only (the default backend is fail-stop: a dead rail hangs
 more round runs with a rail fault in its middle third, and the inter-token p99 inside the
 fault window is compared with the fault-free rounds. The machine's load average is
 recorded next to every number: these boxes are shared.
+
+Every worker of every backend also times its decode steps and the collectives inside them, the
+same way (R2CC_STEP_SHARE_DIR, r2cc_serve/vllm/step_share.py): SHARE_HELP says what is printed.
 """
 
 from __future__ import annotations
@@ -37,8 +40,24 @@ from r2cc_testbed.serving.model_dir import temp_model
 from r2cc_testbed.serving.procs import sessions_cpu_s
 from r2cc_testbed.serving.fault_experiment import run_with_fault
 from r2cc_serve.util.durations import millis
+from r2cc_serve.vllm import step_share
 
 ROUND_KEYS = ("tokens_per_s", "tpot_p50_s", "tpot_p99_s", "itl_p50_s", "itl_p99_s", "itl_max_s", "cpu_s_per_token")
+SHARE_HELP = (
+    "The share of a decode step spent in collectives (eager mode): each worker, whatever the backend, times "
+    "vLLM's collective calls (GroupCoordinator all_reduce, all_gather, gather, ...) from entry to return inside "
+    "its decode steps (execute_model + sample_tokens; steps with a prompt chunk are left out) with the same "
+    "clocks. Printed per backend and rank (each figure the median of the rounds): collective calls per step, "
+    "wall ms inside them and in the whole step, and their share of the step's wall time, of the calling "
+    "thread's CPU time and of the worker process's CPU time (helper threads too: r2cc's rail threads, the gloo "
+    "process group's worker threads). The wall share bounds what any faster communicator could save of a step "
+    "(it includes waiting for the other rank); the rest is the worker's own compute. The engine's time between "
+    "steps is in neither. The clocks cost a few us per call, printed as a share of the step. Not measured with "
+    "--compile.")
+SHARE_KEYS = ("steps", "calls_per_step", "coll_s_per_step", "step_s", "coll_cpu_s_per_step", "step_cpu_s",
+              "coll_proc_cpu_s_per_step", "step_proc_cpu_s", "wall_share", "cpu_share", "proc_cpu_share")
+NO_SHARE_UNDER_COMPILE = ("not measured with --compile: vLLM's own backend is traced into the graph there, out of "
+                          "the clocks' reach")
 
 
 def _say(msg: str) -> None:
@@ -133,6 +152,8 @@ def run(args) -> int:
                     request_timeout_s=max(120.0, args.duration * 4), deadline_s=args.duration * 4 + 300)
     result = {"shape": args.shape, "rate": args.rate, "dtype": args.dtype, "compile": args.compile,
               "cycles": args.cycles, "spec": dataclasses.asdict(spec), "cpus": os.cpu_count(), "backends": {}}
+    if args.compile:
+        result["step_share"] = NO_SHARE_UNDER_COMPILE
     deploy = two_nodes if args.shape == "two-nodes" else single_instance
     with lab_session(2, 4, check_lab_rate(args.rate), keep=args.keep_lab) as lab, temp_model(args.dtype) as model:
         ref, runs = None, {b: [] for b in backends}
@@ -142,7 +163,7 @@ def run(args) -> int:
                 where = f" (cycle {cycle}/{args.cycles})" if args.cycles > 1 else ""
                 _say(f"{backend}: starting the {args.shape} deployment{where} (load average {_loadavg()})")
                 with deploy(lab, model, backend=backend, port=args.port, enforce_eager=not args.compile,
-                            extra_args=("--dtype", args.dtype, *args.vllm_arg)) as dep:
+                            extra_args=("--dtype", args.dtype, *args.vllm_arg), step_share=not args.compile) as dep:
                     entry["startup_s"].append(round(dep.startup_s, 1))
                     entry["warmup_s"].append(round(dep.warmup_s, 1))
                     for i in range(args.rounds):
@@ -155,7 +176,8 @@ def run(args) -> int:
                              f"{millis(s['tpot_p50_s'])} p99 {millis(s['tpot_p99_s'])}, ITL p99 {millis(s['itl_p99_s'])} "
                              f"max {millis(s['itl_max_s'])}, {s['failed']} failed (load {s['loadavg_before']})"
                              + (f"; rail failovers {s['rail_failovers']}, fallback bytes {s['fallback_bytes']}"
-                                + _spin_text(s.get("spins")) if backend == "r2cc" else ""))
+                                + _spin_text(s.get("spins")) if backend == "r2cc" else "")
+                             + _share_text(s.get("step_share")))
                     if ref is None:
                         ref = runs[backend][0]
                     if backend == "r2cc" and fault is not None and cycle == args.cycles:
@@ -177,8 +199,10 @@ def _round(dep, lab, spec: LoadSpec, backend: str):
     health_before = {"rails": evidence.rail_totals(status), "spins": spin_waits(status.values())}
     sids = [p.sid for p in dep.procs]
     cpu_before = sessions_cpu_s(sids)
+    steps_before = step_share.read_dir(dep.step_share_dir)
     r = run_load(dep.url, dep.model, spec)
     cpu_s = sessions_cpu_s(sids) - cpu_before
+    steps = step_share.window(steps_before, step_share.read_dir(dep.step_share_dir))
     tx = {k: v - tx_before.get(k, 0) for k, v in _tx_bytes(lab).items()}
     s = r.summary()
     # Every process of the deployment (API server, engine, workers): what a token costs in
@@ -186,6 +210,8 @@ def _round(dep, lab, spec: LoadSpec, backend: str):
     s.update(loadavg_before=load_before, loadavg_after=_loadavg(), host0_tx_bytes=tx,
              cpu_s=round(cpu_s, 2), cpu_s_per_token=round(cpu_s / max(s["tokens"], 1), 4),
              **_rail_health(health_before, dep))
+    if dep.step_share_dir:
+        s["step_share"] = steps  # per rank: decode steps and all steps (step_share.per_step)
     return r, s
 
 
@@ -200,6 +226,9 @@ def _spin_text(spins: dict | None) -> str:
 def _summarize(entry: dict, runs: list, ref, first: bool) -> None:
     entry["median"] = {k: statistics.median(x[k] for x in entry["rounds"] if x[k] is not None)
                        for k in ROUND_KEYS}
+    shares = median_step_share([r["step_share"] for r in entry["rounds"] if r.get("step_share")])
+    if shares:
+        entry["step_share"] = shares
     # vLLM's greedy output may depend on batch composition; rounds of one backend against each
     # other show how much (the floor for the cross-backend count).
     self_diff = [m for r in runs[1:] for m in compare(runs[0], r)]
@@ -207,6 +236,60 @@ def _summarize(entry: dict, runs: list, ref, first: bool) -> None:
     if not first:
         cross = [m for r in runs for m in compare(ref, r)]
         entry["mismatches_vs_first_backend"], entry["mismatch_examples"] = len(cross), cross[:3]
+
+
+def median_step_share(rounds: list[dict]) -> dict:
+    """Per rank, the median over rounds of each decode-step figure (SHARE_KEYS) and of the
+    worker's overhead per timed call."""
+    out = {}
+    for rank in sorted({k for r in rounds for k in r}, key=int):
+        mine = [r[rank] for r in rounds if rank in r]
+
+        def median(values):
+            values = [v for v in values if v is not None]
+            return statistics.median(values) if values else None
+
+        out[rank] = {"decode": {k: median(m["decode"][k] for m in mine) for k in SHARE_KEYS},
+                     "overhead_us_per_call": median(m["overhead_us_per_call"] for m in mine)}
+    return out
+
+
+def _share_text(shares: dict | None) -> str:
+    """The round's line: each rank's wall share of a decode step inside collectives."""
+    if not shares:
+        return ""
+    return "; in collectives " + ", ".join(
+        f"rank {rank} {_pct(v['decode']['wall_share'])} of a decode step" for rank, v in shares.items())
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.1f}%"
+
+
+def share_lines(result: dict) -> list[str]:
+    """The step-share table: per backend and rank, inside collectives per decode step."""
+    if isinstance(result.get("step_share"), str):
+        return [f"Collective share of a decode step: {result['step_share']}"]
+    rows = [(name, rank, v) for name, e in result["backends"].items()
+            for rank, v in (e.get("step_share") or {}).items()]
+    if not rows:
+        return []
+    lines = ["Inside collectives per decode step, per worker (every backend timed alike in the worker: "
+             "vLLM's collective calls, from entry to return; each figure the median of the rounds):",
+             f"{'backend':14} {'rank':>4} {'steps':>6} {'calls':>6} {'in coll.':>9} {'step':>9} {'wall':>6} "
+             f"{'CPU thr':>7} {'CPU proc':>8}  clocks' cost"]
+    for name, rank, v in rows:
+        d = v["decode"]
+        cost = v["overhead_us_per_call"]
+        cost_text = "-" if cost is None or not d["calls_per_step"] or not d["step_s"] else \
+            f"{cost:.1f} us/call, {cost * 1e-6 * d['calls_per_step'] / d['step_s'] * 100:.2f}% of a step"
+        lines.append(f"{name:14} {rank:>4} {d['steps'] or 0:>6.0f} {d['calls_per_step'] or 0:>6.1f} "
+                     f"{millis(d['coll_s_per_step'], 2):>9} {millis(d['step_s'], 2):>9} {_pct(d['wall_share']):>6} "
+                     f"{_pct(d['cpu_share']):>7} {_pct(d['proc_cpu_share']):>8}  {cost_text}")
+    lines.append("calls: collective calls per decode step; in coll., step: wall time inside them and in the whole "
+                 "step; wall, CPU thr, CPU proc: their share of the step's wall time, of its thread's CPU time and of "
+                 "the worker process's CPU time (what they mean: r2cc serve-bench --help)")
+    return lines
 
 
 def _fault_round(dep, fault: FaultSpec, spec: LoadSpec, reference) -> dict:
@@ -246,6 +329,8 @@ def _print(result: dict) -> None:
         print(f"{name}: host 0 sent per interface in the last round: "
               + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sorted(tx.items())))
     for line in ratio_lines(b):
+        print(line)
+    for line in share_lines(result):
         print(line)
     for name, e in b.items():
         print(f"{name}: requests whose tokens differ from round 1 of the same backend: {e['self_mismatches']}"

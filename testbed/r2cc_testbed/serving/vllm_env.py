@@ -26,7 +26,7 @@ BACKENDS = ("r2cc", *baselines.names("default"))
 # Every variable we set or must not inherit from the caller (a stray R2CC_NETNS in the
 # caller's shell would put a two-node rank's rails in the wrong namespace).
 _CLEARED = ("R2CC_DISTRIBUTED_BACKEND", "R2CC_CONFIG", "R2CC_RAILS", "R2CC_NETNS", "R2CC_FALLBACK_RAILS",
-            "GLOO_SOCKET_IFNAME", "VLLM_HOST_IP", "VLLM_PLUGINS", "PROMETHEUS_MULTIPROC_DIR")
+            "R2CC_STEP_SHARE_DIR", "GLOO_SOCKET_IFNAME", "VLLM_HOST_IP", "VLLM_PLUGINS", "PROMETHEUS_MULTIPROC_DIR")
 
 # Offline, quiet, small: what a TP=2 CPU vLLM needs on a 2-core box (docs/vllm.md).
 _BASE = {
@@ -66,18 +66,22 @@ def is_default(backend: str) -> bool:
 
 def node_env(*, backend: str, rails: list[str], tmpdir: str, status_dir: str, netns_template: str | None = None,
              host_ip: str | None = None, mgmt_ifname: str = "mgmt0", extra: dict | None = None,
-             lab=None) -> dict:
+             lab=None, step_share_dir: str | None = None) -> dict:
     """Environment of one vLLM node.
 
     netns_template: single-instance deployments put rank r's rails in lab host r ("<prefix>-h{rank}");
     None when the node itself runs inside its host (two nodes).
     host_ip: VLLM_HOST_IP, the address other nodes reach this one at (two nodes: its mgmt IP).
+    step_share_dir: where every worker writes the time its steps spent in collectives
+    (R2CC_STEP_SHARE_DIR, any backend); None: not timed.
     """
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     env.update(_BASE)
     env["PYTHONPATH"] = child_pythonpath(env.get("PYTHONPATH"))
     env["TMPDIR"] = tmpdir  # zmq ipc sockets and the file store land here, removed after the run
     env["R2CC_STATUS_DIR"] = status_dir
+    if step_share_dir:
+        env["R2CC_STEP_SHARE_DIR"] = step_share_dir
     if host_ip:
         env["VLLM_HOST_IP"] = host_ip
     if backend == "r2cc":
