@@ -138,7 +138,13 @@ def test_held_drain_keeps_the_rail_idle_and_held_loss_is_exact(tmp_path):
     rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "4K,1M", "--backend",
                    "r2cc", "--iters", "30", "--warmup", "2", "--hold-fault", "h0:1:drain", timeout=120)
     for r in rep["results"]:
-        assert r["correct"] and r["rail_tx_share"][1] < 0.01, r  # drained on both ranks' sides
+        assert r["correct"], r
+        # Drained on both ranks' sides: no data on it, unless the one undrained rail was set aside
+        # in that row (traffic must still flow: conn_takes_chunks_locked). A CI run on a busy box
+        # saw that: rail 0, alone with 512 KiB messages at 100mbit, went 60 ms without an ack,
+        # was set aside as stuck, and 1.8% of the 1M row's bytes took the drained rail, exact.
+        set_aside = r["failovers"] > 0 and any(e.startswith("rail0:") for e in r["rail_errors"])
+        assert r["rail_tx_share"][1] < 0.01 or set_aside, r
     assert rep["held_faults"] == ["h0:1:drain"]
     rep, _ = bench(tmp_path, "--hosts", "2", "--rails", "2", "--rate", "100mbit", "--sizes", "4K,1M", "--backend",
                    "r2cc", "--iters", "30", "--warmup", "2", "--hold-fault", "h0:1:lossy:5", timeout=120)
