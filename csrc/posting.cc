@@ -95,7 +95,9 @@ Op TransportImpl::post_send(int peer, const void* buf, size_t len) {
   const int rails = rails_taking_chunks_locked(p);
   const bool is_bulk = len > chunk_grain() * size_t(rails);
   const size_t bulk = is_bulk ? bulk_chunk_locked(p) : chunk_grain();
-  m->chunk = chunk_size_for(len, bulk, is_bulk ? rails : stripe_rails(len, rails, chunk_cost_bytes_locked(p)));
+  // (Up to kMinChunkBytes a message is one chunk however many rails: skip the cost.)
+  const int stripe = is_bulk || len <= kMinChunkBytes ? rails : stripe_rails(len, rails, chunk_cost_bytes_locked(p));
+  m->chunk = chunk_size_for(len, bulk, stripe);
   m->nchunks = num_chunks(len, m->chunk);
   m->acked.assign(m->nchunks, 0);
   m->on_rail.assign(m->nchunks, -1);

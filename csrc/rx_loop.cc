@@ -172,11 +172,11 @@ void TransportImpl::rx_ack_now_locked(Peer& p, Conn& c) {
 
 void TransportImpl::rx_drive_once(const Op* ops, size_t n, int timeout_ms) {
   if (rx_drive_ready(ops, n)) return;
-  if (const int64_t budget = spin_budget_ns()) {
+  bool brief = false;
+  if (const int64_t budget = spin_budget_ns(&brief)) {
     // Poll instead of sleeping: no wake-up at all when the bytes come within the budget. A peer
     // this late may be waiting for a message of ours lost on a dead rail: the hedge copies
     // this rank owes go out now (a peer on time answers well within kHedgeAfterUs).
-    const bool brief = budget < int64_t(opt_.spin_us) * 1000;
     const int64_t start = now_ns(), until = start + budget;
     const int64_t hedge_at = start + hedge_after_ns();
     epoll_event ev[2];
@@ -243,13 +243,14 @@ void TransportImpl::note_reply(int64_t waited_ns) {
   spin_reply_ns_.store(r + (waited_ns - r) / 8, std::memory_order_relaxed);
 }
 
-int64_t TransportImpl::spin_budget_ns() {
+int64_t TransportImpl::spin_budget_ns(bool* brief) {
   // Spin while most spins end in data (a peer that answers within the budget: a free core on
   // each side); after a run of misses (the peer is computing, or waits for a CPU our spinning
   // would take) sleep at once, and spin on one wait in kSpinProbeEvery to notice a change.
   // While another thread wants a core (host pressure), only briefly, on the same terms.
   if (opt_.spin_us <= 0) return 0;
   const bool host_ok = spin_host_ok_.load(std::memory_order_relaxed);
+  if (brief) *brief = !host_ok;
   const int64_t budget = int64_t(host_ok ? opt_.spin_us : std::min(opt_.spin_us, kBriefSpinUs)) * 1000;
   const float rate = (host_ok ? spin_hit_rate_ : brief_hit_rate_).load(std::memory_order_relaxed);
   if (rate >= kSpinKeepRate || ++spin_probe_ % kSpinProbeEvery == 0) {

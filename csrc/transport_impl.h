@@ -273,9 +273,9 @@ class TransportImpl {
   void rx_send_owed_acks_locked();  // the driving caller's acks of what it read, one write per peer
   void rx_ack_now_locked(Peer& p, Conn& c);  // p's owed acks on c now, else by a writer
   // Adaptive spinning (spin_us > 0): how long this wait may poll before it sleeps, in ns (0:
-  // sleep at once), and how a spin ended (data or done within its budget, or not). Lock free;
-  // only a driving caller notes.
-  int64_t spin_budget_ns();
+  // sleep at once; *brief: a brief poll under CPU pressure), and how a spin ended (data or done
+  // within its budget, or not). Lock free; only a driving caller notes.
+  int64_t spin_budget_ns(bool* brief = nullptr);
   void note_spin(bool hit, bool brief);
   // A spinning caller's copies are due once its peer is kHedgeLateFactor times later than
   // peers usually answer its spins (spin_reply_ns_), within [kHedgeAfterUs, kHedgeStaleNs].
