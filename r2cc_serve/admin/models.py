@@ -77,8 +77,8 @@ class Rail(BaseModel):
         "up to R2CC_STATUS_REFRESH_MS apart: a reader that needs the bytes of a load that just ended waits for a "
         "sampled_at after its end"))
     stale: bool = Field(False, description=(
-        "a rank of this host missed the admin view's last poll and its last answer stands in (for up to 5 s; "
-        "then the rank is reported unreachable): sampled_at falls behind while counters seem to stall"))
+        "a rank of this host missed the admin view's last poll and its last answer stands in (after 5 s the rank "
+        "is also reported unreachable in /health): sampled_at falls behind while counters seem to stall"))
 
 
 class RailList(BaseModel):

@@ -6,7 +6,8 @@ JSON of the hot reads already encoded. A GET therefore never waits on a worker r
 adds almost nothing to the event loop it shares with vLLM's request handling. The numbers are
 each rank monitor's last sample (counters up to R2CC_STATUS_REFRESH_MS old, more while a rank
 is late and its last answer stands in): each rail says when (`sampled_at`) and whether (`stale`),
-and a rank's numbers never go back to an older sample of the same process.
+and a rank's numbers never go back to an older sample of the same process, nor vanish while it
+is silent (then it is also reported unreachable).
 
 Actions (drain, undrain, failover, restore) run one at a time in a worker thread: the
 last-healthy-rail check on the poller's picture when every rank answered it in the last
@@ -38,7 +39,7 @@ log = logging.getLogger("r2cc_serve.admin")
 
 AGENT_TIMEOUT_S = 1.0     # one agent's answer to a read; a stuck rank must not stall the view
 ACTION_TIMEOUT_S = 10.0   # one agent's answer to an action (it may wait for in-flight chunks)
-AGENT_STALE_S = 5.0      # a rank's last answer stands in this long when it misses a poll
+AGENT_STALE_S = 5.0      # a rank that misses polls this long is reported unreachable (its last answer stays shown)
 AGENTS_TIMEOUT_S = 15.0   # finding the agents (vLLM worker RPC on first use)
 FIRST_VIEW_WAIT_S = 20.0  # the first request waits this long for the first picture
 BURST_S, BURST_INTERVAL_S = 1.5, 0.05  # after an action: sample every rank this often, this long
@@ -140,7 +141,8 @@ class GroupView:
     def refresh(self, fresh: bool = False, timeout_s: float = AGENT_TIMEOUT_S, allow_stale: bool = True) -> Snapshot:
         """Read every rank's agent (blocking; call from a thread) and publish a new snapshot.
         fresh: ask the agents to sample their rails now instead of giving their last sample.
-        allow_stale: a rank that misses this read keeps its last answer for AGENT_STALE_S."""
+        A rank that misses this read is shown by its last answer (in `carried`); it is also reported
+        unreachable once it has been silent AGENT_STALE_S, or at once when allow_stale is False."""
         # Fetch without the lock: an action's fold must not wait for a slow agent's answer here.
         folds = self._folds
         agents = self._agents()
@@ -155,11 +157,15 @@ class GroupView:
                 if isinstance(res, dict):
                     states[key] = res = self._newest(key, res)
                     self._last_ok[key] = (now, res)
-                elif allow_stale and key in self._last_ok and now - self._last_ok[key][0] < AGENT_STALE_S:
-                    states[key] = self._last_ok[key][1]  # a busy worker answered late once: not "unreachable" yet
+                    continue
+                last = self._last_ok.get(key)
+                if last is not None:
+                    # Its last answer stands in, marked stale, however long it is late: a host's totals
+                    # summed over its ranks must not drop (a dashboard would see a counter reset).
+                    states[key] = last[1]
                     carried.add(key)
-                else:
-                    bad[key] = res
+                if last is None or not allow_stale or now - last[0] >= AGENT_STALE_S:
+                    bad[key] = res  # a busy worker may miss one poll; a longer silence is reported
             self.snap = Snapshot.build(states, bad, agents, carried=carried)
             self.refresh_error = ""
             return self.snap

@@ -51,8 +51,41 @@ def test_one_missed_poll_keeps_the_last_answer_then_the_rank_is_unreachable(monk
     assert not missed.current(10.0), "an action must not decide on a late rank's old answer"
     monkeypatch.setattr(view_mod, "AGENT_STALE_S", 0.0)
     gone = v.refresh()
-    assert not gone.states and "ReadTimeout" in gone.unreachable[("tp:0", 0)]
+    assert "ReadTimeout" in gone.unreachable[("tp:0", 0)]
     assert gone.health["status"] == "degraded"
+    # still shown by its last answer, marked stale: its counters must not vanish from the totals
+    assert gone.states == {("tp:0", 0): state} and ("tp:0", 0) in gone.carried
+
+
+def test_a_hosts_totals_do_not_drop_while_one_of_its_ranks_is_silent(monkeypatch):
+    """Two ranks on one host: when one stops answering for longer than AGENT_STALE_S, the host's rail
+    totals keep its last counters (a drop would read as a counter reset), and health names the rank."""
+    from r2cc_serve.admin import view as view_mod
+
+    refs = [AgentRef(f"127.0.0.1:{1 + r}", "x", "tp:0", r) for r in range(3)]
+    states = {r: _agent_state("h0" if r < 2 else "h1", r, 2 if r < 2 else 0) for r in range(3)}
+    for r, st in states.items():
+        for c in st["rails"]:
+            c["bytes_sent"] = 1000 * (r + 1)
+    silent = {"on": False}
+
+    def fetch(a, fresh, timeout_s):
+        return "agent unreachable (ReadTimeout)" if silent["on"] and a.rank == 1 else states[a.rank]
+
+    v = GroupView(StaticSource(refs))
+    monkeypatch.setattr(v, "_fetch", fetch)
+    before = {r["rail"]: r["bytes_sent"] for r in v.refresh().hosts["h0"]}
+    assert before == {0: 3000, 1: 3000}
+    silent["on"] = True
+    monkeypatch.setattr(view_mod, "AGENT_STALE_S", 0.0)
+    after = v.refresh()
+    assert {r["rail"]: r["bytes_sent"] for r in after.hosts["h0"]} == before
+    assert all(r["stale"] for r in after.hosts["h0"]) and not any(r["stale"] for r in after.hosts["h1"])
+    assert after.health["status"] == "degraded"
+    assert any("rank 1" in why and "ReadTimeout" in why for why in after.health["reasons"])
+    with pytest.raises(Exception) as info:  # acting on part of a host stays refused
+        v._act("h0", 1, "drain", force=False)
+    assert getattr(info.value, "status", None) == 503
 
 
 def _agent_state(host: str, rank: int, peer: int) -> dict:
