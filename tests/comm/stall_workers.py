@@ -66,6 +66,9 @@ def stopped_peer(rank, world, store, stop_s, opts):
         store_barrier(store, "end", rank, world)
         stats = comm.rail_stats()
         peer = comm.peer_stats()
+        # Neither rank closes before both have read their rails: a peer that closed first takes
+        # them down (CI on a busy box: rank 0 read every rail "down" with no failover counted).
+        store_barrier(store, "read", rank, world)
         return {"bad": bad, "done": done, "failovers": sum(s["failovers"] for s in stats),
                 "resent": sum(s["chunks_resent"] for s in stats), "states": sorted({s["state"] for s in stats}),
                 "seen": seen, "stalls": sum(p["stalls"] for p in peer),
