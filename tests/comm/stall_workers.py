@@ -66,15 +66,20 @@ def stopped_peer(rank, world, store, stop_s, opts):
         store_barrier(store, "end", rank, world)
         stats = comm.rail_stats()
         peer = comm.peer_stats()
-        # Neither rank closes before both have read their rails: a peer that closed first takes
-        # them down (CI on a busy box: rank 0 read every rail "down" with no failover counted).
-        store_barrier(store, "read", rank, world)
         return {"bad": bad, "done": done, "failovers": sum(s["failovers"] for s in stats),
                 "resent": sum(s["chunks_resent"] for s in stats), "states": sorted({s["state"] for s in stats}),
                 "seen": seen, "stalls": sum(p["stalls"] for p in peer),
                 "last_stall_s": max(p["last_stall_s"] for p in peer), "error": comm.error()}
     finally:
-        comm.close()
+        _close_after_both_read(comm, store, rank, world)
+
+
+def _close_after_both_read(comm, store, rank, world):
+    """Neither rank closes its group before both have read their rails, as the lab workers do: a
+    peer that closed first takes them down (CI on a busy box: rank 0 read every rail "down" with no
+    failover counted)."""
+    store_barrier(store, "read", rank, world)
+    comm.close()
 
 
 def idle_outage_heals(rank, world, store, outage_s, opts):
@@ -236,4 +241,4 @@ def repeated_stops(rank, world, store, cycles, stop_s, in_lab, opts):
                 "loss_holds": sum(s["loss_holds"] for s in stats),
                 "errors": sorted({s["last_error"] for s in stats if s["last_error"]}), "error": comm.error()}
     finally:
-        comm.close()
+        _close_after_both_read(comm, store, rank, world)
