@@ -116,11 +116,14 @@ def test_mid_size_chunks_leave_from_the_caller(lab):
     # chunks, so the posting caller writes them itself and no writer thread wakes. With the
     # kernel sizing the send buffers (as before), such rails kept ~64 KiB and writers took
     # most chunks (2 hosts x 4 rails: 0.32-0.39 ms per call instead of 0.27).
+    # Writers still take a few where the peer's acknowledgements come late, which scheduling
+    # decides: 0-11 of 80 per rank on this box, idle or beside a busy job. A quarter is far
+    # from both that and "most".
     res = run_ranks(lab_workers.mid_size_after_small_messages, 2, timeout=120)
     for r in res:
         assert r["exact"], r
         assert r["chunks"] >= 20 * 4, r  # the messages really were cut over the rails
-        assert r["writer_chunks"] <= r["chunks"] // 10, r
+        assert r["writer_chunks"] <= r["chunks"] // 4, r
 
 
 @pytest.mark.parametrize("loss_pct", [1, 5])
