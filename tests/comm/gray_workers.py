@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from tests.comm.harness import store_barrier
+from tests.comm.harness import close_after_barrier, store_barrier
 from tests.comm.lab_workers import _warmed_up_inputs, lab_comm
 from tests.comm.workers import bits_equal
 
@@ -139,5 +139,4 @@ def gray_under_load(rank, world, store, variant, load, fault_s=2.0, mib=4, opts=
     finally:
         if close:
             close()
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)

@@ -45,6 +45,14 @@ def store_barrier(store, name: str, rank: int, world: int) -> None:
         store.get(f"{name}/{r}")
 
 
+def close_after_barrier(comm, store, name: str, rank: int, world: int) -> None:
+    """Close the group only once every rank has reached `name`: a peer that closes first takes
+    the rails down under a rank still reading them (CI on a busy box: rank 0 read every rail
+    "down" with no failover counted)."""
+    store_barrier(store, name, rank, world)
+    comm.close()
+
+
 def _child(fn, rank, world, port, args, q):
     from torch.distributed import TCPStore
 

@@ -12,7 +12,7 @@ import time
 import torch
 
 from tests.comm.workers import bits_equal, make_input, mid_size_chunk_writers, open_comm, reference_reduce
-from tests.comm.harness import store_barrier
+from tests.comm.harness import close_after_barrier, store_barrier
 
 
 def _lab():
@@ -122,8 +122,7 @@ def fault_mid_collective(rank, world, store, kind, n, at_s):
                 "during": during, "final_states": _totals(comm)["states"], **fault,
                 "rail1_bytes_after": _totals(comm)["sent_by_rail"][1] - before}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def flap_during_many(rank, world, store, count, period_ms, flaps):
@@ -144,8 +143,7 @@ def flap_during_many(rank, world, store, count, period_ms, flaps):
             flapper.join(timeout=30)
         return {"bad": bad, **_totals(comm)}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
@@ -174,8 +172,7 @@ def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
                 "loss_holds": rail1["loss_holds"], "state": rail1["state"], "retrans_pct": rail1["retrans_pct"],
                 "hold_reason": rail1["hold_reason"]}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def slow_rail_quiet_bar(rank, world, store, rate):
@@ -219,8 +216,7 @@ def slow_rail_quiet_bar(rank, world, store, rate):
                 "failovers": totals["failovers"] - onset_failovers, "onset_failovers": onset_failovers,
                 "slow_verdicts": slow, "rail1_error": next(s for s in comm.rail_stats() if s["rail"] == 1)["last_error"]}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def all_rails_down(rank, world, store):
@@ -271,8 +267,7 @@ def stranger_on_rail(rank, world, store):
         ok = all(bits_equal(comm.all_reduce(x.clone()), want) for _ in range(5))
         return {"ok": ok, **comm.counters()}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def small_messages_through_blackhole(rank, world, store, hedge_bytes, count, fault_at):
@@ -302,8 +297,7 @@ def small_messages_through_blackhole(rank, world, store, hedge_bytes, count, fau
         return {"exact": exact, "longest_s": longest, "hedges": counters["hedges"],
                 "failovers": counters["failovers"]}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def mid_size_after_small_messages(rank, world, store):
@@ -354,5 +348,4 @@ def lossy_rail_is_held(rank, world, store, loss_pct, hold_s):
         out["sent_after"] = rail1()["bytes_sent"] - sent1
         return out
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)

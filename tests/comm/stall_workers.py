@@ -10,7 +10,7 @@ import time
 import torch
 
 from tests.comm.workers import bits_equal, make_input, open_comm, reference_reduce
-from tests.comm.harness import store_barrier
+from tests.comm.harness import close_after_barrier, store_barrier
 
 
 
@@ -71,15 +71,7 @@ def stopped_peer(rank, world, store, stop_s, opts):
                 "seen": seen, "stalls": sum(p["stalls"] for p in peer),
                 "last_stall_s": max(p["last_stall_s"] for p in peer), "error": comm.error()}
     finally:
-        _close_after_both_read(comm, store, rank, world)
-
-
-def _close_after_both_read(comm, store, rank, world):
-    """Neither rank closes its group before both have read their rails, as the lab workers do: a
-    peer that closed first takes them down (CI on a busy box: rank 0 read every rail "down" with no
-    failover counted)."""
-    store_barrier(store, "read", rank, world)
-    comm.close()
+        close_after_barrier(comm, store, "read", rank, world)
 
 
 def idle_outage_heals(rank, world, store, outage_s, opts):
@@ -241,4 +233,4 @@ def repeated_stops(rank, world, store, cycles, stop_s, in_lab, opts):
                 "loss_holds": sum(s["loss_holds"] for s in stats),
                 "errors": sorted({s["last_error"] for s in stats if s["last_error"]}), "error": comm.error()}
     finally:
-        _close_after_both_read(comm, store, rank, world)
+        close_after_barrier(comm, store, "read", rank, world)

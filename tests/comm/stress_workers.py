@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from tests.comm.harness import store_barrier
+from tests.comm.harness import close_after_barrier, store_barrier
 from tests.comm.lab_workers import lab_comm
 from tests.comm.workers import bits_equal, make_input, reference_reduce
 
@@ -113,5 +113,4 @@ def faults_under_mixed_collectives(rank, world, store, seconds, seed, opts=None)
         return out
     finally:
         stop.set()
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)

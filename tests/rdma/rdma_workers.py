@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from tests.comm.harness import store_barrier
+from tests.comm.harness import close_after_barrier, store_barrier
 from tests.comm.lab_workers import _fault_while_in_flight, _totals, _warmed_up_inputs
 from tests.comm.workers import all_collectives, bits_equal, make_input, open_comm, reference_reduce
 
@@ -80,8 +80,7 @@ def mixed_rails(rank, world, store, sizes):
                     for _ in range(3))
         return {"exact": exact, "kinds": list(comm.rail_kinds), "sent_by_rail": _totals(comm)["sent_by_rail"]}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def link_down_mid_collective(rank, world, store, n):
@@ -135,8 +134,7 @@ def link_down_mid_collective(rank, world, store, n):
                 "readmit_s": readmit_s, "rail_bytes_after": _totals(comm)["sent_by_rail"][rail] - before,
                 "rail_error": rail_error, "silence_before_detect_s": silence}
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
 
 
 def peer_killed(rank, world, store):
@@ -268,5 +266,4 @@ def flapping_link_is_held(rank, world, store, flaps, hold_s):
         out["bytes_after"] = rail1()["bytes_sent"] - before
         return out
     finally:
-        store_barrier(store, "end", rank, world)
-        comm.close()
+        close_after_barrier(comm, store, "end", rank, world)
