@@ -41,6 +41,18 @@ STATE = f"/run/r2cc-lab/{PREFIX}-e2e-state.json"
 # cost of concurrency inside the engine; use it if a token mismatch ever looks like batching.
 SERVE_ARGS = ("--dtype", "float32") + (("--max-num-seqs", "1") if os.environ.get("R2CC_E2E_SERIAL") == "1" else ())
 LOAD = LoadSpec(max_tokens=16, concurrency=4, request_timeout_s=240, deadline_s=480)
+
+
+def striped_load() -> LoadSpec:
+    """One ~400-token prompt never seen before. r2cc puts a short message on one or two rails, by
+    design (stripe_rails, csrc/messages.h): LOAD's prefills reach rails 2 and 3 only when vLLM
+    batches ~200 tokens into one step, which a CI run once did not. This prompt's prefill (1 KiB a
+    token, twice what r2cc needs to use all four rails before it has measured them) goes over
+    every rail whatever the batching; its first words are new each call, or vLLM's prefix cache
+    would prefill only its last few tokens."""
+    words = " ".join(f"Rail {i % 4} carries chunk {i} of the transfer." for i in range(20))
+    return LoadSpec(prompts=[f"Sent at {time.time_ns()}. {words}"], max_tokens=1, concurrency=1,
+                    request_timeout_s=240, deadline_s=240)
 E2E_TIMEOUT_S = 900  # per test, set-up of its module deployment included
 ADMIN_TOKEN = "e2e-admin-token"  # R2CC_ADMIN_TOKEN of the shared deployments
 SHARED = ("r2cc_single", "r2cc_two_nodes")  # the shared deployments' fixtures, in run order
@@ -202,14 +214,16 @@ def reference(lab, model_dir, session):
 
 def assert_serves_reference_tokens_over_every_rail(dep, reference) -> None:
     """A load on `dep` gives the reference's tokens with no failed request, and every data rail
-    carried bytes meanwhile (the tokens really went through r2cc, striped)."""
+    carried bytes meanwhile (the tokens really went through r2cc, striped: striped_load()'s long
+    prefill is what must reach every rail)."""
     from r2cc_testbed.serving import evidence
     from r2cc_testbed.serving.load import compare, run_load
 
     before = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
     run = run_load(dep.url, dep.model, LOAD)
+    striped = run_load(dep.url, dep.model, striped_load())
     after = evidence.rail_totals(evidence.read_status_now(dep.status_dir))
-    assert not run.failed, run.summary()
+    assert not run.failed and not striped.failed, (run.summary(), striped.summary())
     assert compare(reference, run) == []
     sent = evidence.diff_totals(before, after)
     assert all(sent.get(k, {}).get("bytes_sent", 0) > 0 for k in range(4)), sent
