@@ -35,10 +35,10 @@ RailState TransportImpl::connected_state_locked(const Conn& c) const {
 }
 
 void TransportImpl::note_rail_failure_locked(Conn& c, const std::string& reason, int64_t now) {
-  const FlapDampening::Failure f = c.damp.note_failure(now);
-  if (f == FlapDampening::Failure::kIgnored) return;
+  // Counted with dampening off too: R2ccRailFlapping alerts on this count.
   c.st.flap_failures++;
-  if (f != FlapDampening::Failure::kHold) return;  // counted, or a hold under way restarted
+  const FlapDampening::Failure f = c.damp.note_failure(now);
+  if (f != FlapDampening::Failure::kHold) return;  // dampening off, counted, or a hold under way restarted
   char head[160];
   snprintf(head, sizeof(head), "flapping: %llu failures, penalty %.1f >= %.1f (halves every %.0f s); last: ",
            static_cast<unsigned long long>(c.st.flap_failures), c.damp.penalty_at_last_failure(), opt_.flap_threshold,

@@ -18,7 +18,9 @@ namespace r2cc {
 //   suspect_after_s  how long this rail may now be quiet before it is suspect
 //   last_error_time  unix seconds
 //   fallback         a fallback rail (e.g. the management network)
-//   flap_failures    failures counted by flap dampening (operator failovers are not)
+//   flap_failures    failures that count towards flapping, with dampening on or off: failed for
+//                    good, or set aside for silence or slowness. Not the operator's failovers,
+//                    nor a gray set-aside that cleared by itself (failovers counts those too)
 //   flap_penalty     the dampening penalty now (each failure adds 1; it halves every flap_half_life_s)
 //   holds            times this side held the rail out (flapping or loss)
 //   hold_left_s      time left of this side's hold (0: not held by this side)

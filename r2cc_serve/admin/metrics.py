@@ -37,11 +37,12 @@ class R2CCCollector:
         recv = CounterMetricFamily("r2cc_rail_received_bytes", "payload bytes received on the rail", labels=labels)
         resent = CounterMetricFamily("r2cc_rail_resent_chunks", "chunks re-sent on other rails after a failure",
                                      labels=labels)
-        fails = CounterMetricFamily("r2cc_rail_failovers", "times the rail was declared failed", labels=labels)
+        fails = CounterMetricFamily("r2cc_rail_failovers", "times the rail's traffic was moved off it (set aside, failed, "
+                                    "or the operator's failover)", labels=labels)
         detect = GaugeMetricFamily("r2cc_rail_detection_seconds", "silence before the rail's last failure was "
                                    "declared (detection latency)", labels=labels)
-        flaps = CounterMetricFamily("r2cc_rail_flap_failures", "failures counted by flap dampening (not the "
-                                    "operator's failovers)", labels=labels)
+        flaps = CounterMetricFamily("r2cc_rail_flap_failures", "failures that count towards flapping (not the "
+                                    "operator's failovers, nor gray set-asides that cleared)", labels=labels)
         hold = GaugeMetricFamily("r2cc_rail_hold_seconds", "time left of the host's hold on the rail, for "
                                  "flapping or loss (0: not held)", labels=labels)
         retrans = GaugeMetricFamily("r2cc_rail_retransmit_percent", "share of data segments retransmitted on the "

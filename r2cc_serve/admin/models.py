@@ -54,7 +54,8 @@ class Rail(BaseModel):
     chunks_resent: int
     bytes_resent: int
     failovers: int
-    flap_failures: int = Field(0, description="failures counted by flap dampening (operator failovers are not)")
+    flap_failures: int = Field(0, description="failures that count towards flapping (operator failovers and gray "
+                                           "set-asides that cleared by themselves do not)")
     retrans_pct: float = Field(0.0, description="share of data segments the kernel retransmitted on this rail in the "
                                "last loss window, percent (the worst connection); a healthy rail is near 0")
     loss_holds: int = Field(0, description="times the rail was held out for losing packets")
