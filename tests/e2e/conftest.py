@@ -41,6 +41,12 @@ STATE = f"/run/r2cc-lab/{PREFIX}-e2e-state.json"
 # cost of concurrency inside the engine; use it if a token mismatch ever looks like batching.
 SERVE_ARGS = ("--dtype", "float32") + (("--max-num-seqs", "1") if os.environ.get("R2CC_E2E_SERIAL") == "1" else ())
 LOAD = LoadSpec(max_tokens=16, concurrency=4, request_timeout_s=240, deadline_s=480)
+E2E_TIMEOUT_S = 900  # per test, set-up of its module deployment included
+ADMIN_TOKEN = "e2e-admin-token"  # R2CC_ADMIN_TOKEN of the shared deployments
+SHARED = ("r2cc_single", "r2cc_two_nodes")  # the shared deployments' fixtures, in run order
+# A shared deployment handed to the next module only once every rail is back: a flap hold from the
+# test before lasts up to 2 x R2CC_HOLD_S after its last failure, and the all-down test's 20 s.
+SETTLE_TIMEOUT_S = 90.0
 
 
 def striped_load() -> LoadSpec:
@@ -53,12 +59,6 @@ def striped_load() -> LoadSpec:
     words = " ".join(f"Rail {i % 4} carries chunk {i} of the transfer." for i in range(20))
     return LoadSpec(prompts=[f"Sent at {time.time_ns()}. {words}"], max_tokens=1, concurrency=1,
                     request_timeout_s=240, deadline_s=240)
-E2E_TIMEOUT_S = 900  # per test, set-up of its module deployment included
-ADMIN_TOKEN = "e2e-admin-token"  # R2CC_ADMIN_TOKEN of the shared deployments
-SHARED = ("r2cc_single", "r2cc_two_nodes")  # the shared deployments' fixtures, in run order
-# A shared deployment handed to the next module only once every rail is back: a flap hold from the
-# test before lasts up to 2 x R2CC_HOLD_S after its last failure, and the all-down test's 20 s.
-SETTLE_TIMEOUT_S = 90.0
 
 
 def _why_skip() -> str | None:
