@@ -42,7 +42,7 @@ void TransportImpl::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   if (!pi.ok) return;
   if (!c.damp.holding(now)) judge.probing = false;
   LossJudge::Window w;
-  if (!judge.look(now, epoch, {pi.total_retrans, pi.data_segs_out}, &w)) return;
+  if (!judge.look(now, epoch, {pi.total_retrans, pi.data_segs_out, pi.dsack_dups}, &w)) return;
   // The best other rail to this peer over the same time: its current window where it carried
   // enough segments (a receiver that could not keep up, e.g. a stalled or starved peer process,
   // makes every rail that carries data to it retransmit), else its last judgement if recent
@@ -51,7 +51,7 @@ void TransportImpl::check_loss_locked(Peer& p, Conn& c, int64_t now) {
   for (auto& o : p.conns) {
     if (o.get() == &c || !is_connected(o->state)) continue;
     const PathInfo opi = o->loss.windows(o->epoch.load()) ? io_->path_info(o->fd) : PathInfo{};
-    const LossJudge::Counts counts{opi.total_retrans, opi.data_segs_out};
+    const LossJudge::Counts counts{opi.total_retrans, opi.data_segs_out, opi.dsack_dups};
     double share;
     if (o->loss.share_for_comparison(now, opi.ok ? &counts : nullptr, &share)) best.add(share);
   }

@@ -122,6 +122,7 @@ struct PathInfo {
   uint32_t rtt_us = 0, rttvar_us = 0;  // the kernel's smoothed round trip and its variation
   uint32_t total_retrans = 0;  // segments retransmitted over the socket's life
   uint32_t data_segs_out = 0;  // segments with data sent (retransmissions included; no pure ACKs)
+  uint32_t dsack_dups = 0;     // segments the peer reported receiving twice (D-SACK): needless retransmissions
   uint64_t bytes_acked = 0;    // our bytes the peer's kernel acknowledged over the socket's life
   uint32_t snd_mss = 0;        // the largest segment the socket sends (a full-size frame's payload)
 };

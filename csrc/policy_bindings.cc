@@ -58,6 +58,7 @@ void bind_path_info(py::module_& m) {
   R2CC_PATH_FIELD(rttvar_us)
   R2CC_PATH_FIELD(total_retrans)
   R2CC_PATH_FIELD(data_segs_out)
+  R2CC_PATH_FIELD(dsack_dups)
   R2CC_PATH_FIELD(bytes_acked)
   R2CC_PATH_FIELD(snd_mss)
 #undef R2CC_PATH_FIELD
@@ -97,9 +98,10 @@ void bind_loss(py::module_& m) {
       .def("take_sample", &LossJudge::take_sample, py::arg("now"), py::arg("epoch"))
       // A judged window as a dict (pct, segs, seconds, spread), or None.
       .def("look",
-           [](LossJudge& j, int64_t now, uint64_t epoch, uint32_t retrans, uint32_t segs) -> std::optional<py::dict> {
+           [](LossJudge& j, int64_t now, uint64_t epoch, uint32_t retrans, uint32_t segs,
+              uint32_t dsacked) -> std::optional<py::dict> {
              LossJudge::Window w;
-             if (!j.look(now, epoch, {retrans, segs}, &w)) return std::nullopt;
+             if (!j.look(now, epoch, {retrans, segs, dsacked}, &w)) return std::nullopt;
              py::dict d;
              d["pct"] = w.pct;
              d["segs"] = w.segs;
@@ -107,17 +109,17 @@ void bind_loss(py::module_& m) {
              d["spread"] = w.spread;
              return d;
            },
-           py::arg("now"), py::arg("epoch"), py::arg("retrans"), py::arg("segs"))
+           py::arg("now"), py::arg("epoch"), py::arg("retrans"), py::arg("segs"), py::arg("dsacked") = 0)
       .def("windows", &LossJudge::windows)
       .def("share_for_comparison",
-           [](const LossJudge& j, int64_t now, std::optional<uint32_t> retrans,
-              std::optional<uint32_t> segs) -> std::optional<double> {
-             LossJudge::Counts counts{retrans.value_or(0), segs.value_or(0)};
+           [](const LossJudge& j, int64_t now, std::optional<uint32_t> retrans, std::optional<uint32_t> segs,
+              uint32_t dsacked) -> std::optional<double> {
+             LossJudge::Counts counts{retrans.value_or(0), segs.value_or(0), dsacked};
              double pct;
              if (!j.share_for_comparison(now, retrans && segs ? &counts : nullptr, &pct)) return std::nullopt;
              return pct;
            },
-           py::arg("now"), py::arg("retrans") = py::none(), py::arg("segs") = py::none())
+           py::arg("now"), py::arg("retrans") = py::none(), py::arg("segs") = py::none(), py::arg("dsacked") = 0)
       .def_static("best_other",
                   [](const std::vector<double>& shares) {
                     LossJudge::BestOther b;

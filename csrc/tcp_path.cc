@@ -23,6 +23,7 @@ PathInfo path_info(int fd) {
   out.rttvar_us = ti.tcpi_rttvar;
   out.total_retrans = ti.tcpi_total_retrans;
   out.data_segs_out = ti.tcpi_data_segs_out;
+  out.dsack_dups = ti.tcpi_dsack_dups;
   out.bytes_acked = ti.tcpi_bytes_acked;
   out.snd_mss = ti.tcpi_snd_mss;
   return out;

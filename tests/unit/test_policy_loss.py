@@ -1,5 +1,5 @@
 """The loss verdict as a value (csrc/loss_judge.h, bound as r2cc_serve._C.policy.LossJudge): the
-sampling rate, the window's edges, the retransmitted share against the best other rail, the
+sampling rate, the window's edges, the retransmitted share (less what the peer D-SACKed) against the best other rail, the
 spread, and the excuse of a paused peer; each threshold just under and just over. Times are ns."""
 
 import pytest
@@ -45,12 +45,12 @@ def test_samples_at_most_every_250ms_unless_the_socket_changed():
 
 
 def run_window(j, samples, epoch=1, start=T0):
-    """Feeds (dt_ns, retrans, segs) samples after a first one at `start` with zero counts;
-    returns the last look's result."""
+    """Feeds (dt_ns, retrans, segs[, dsacked]) samples after a first one at `start` with zero
+    counts; returns the last look's result."""
     assert j.look(start, epoch, 0, 0) is None  # the first sample starts the window
     out = None
-    for dt, retrans, segs in samples:
-        out = j.look(start + dt, epoch, retrans, segs)
+    for dt, *counts in samples:
+        out = j.look(start + dt, epoch, *counts)
     return out
 
 
@@ -100,6 +100,35 @@ def test_a_window_restarts_on_a_new_socket_counts_going_back_or_after_30s():
     assert j.look(T0 + 30 * S + 1, 1, 0, 900) is None  # over 30 s: restarted at 900
     assert j.look(T0 + 31 * S + 1, 1, 0, 1899) is None
     assert j.look(T0 + 31 * S + 1, 1, 0, 1900) is not None
+
+
+def test_retransmissions_the_peer_reported_as_duplicates_lost_nothing():
+    # Tail loss probes on a busy host: every one D-SACKed, so no loss at all.
+    assert run_window(LJ(), [(250 * MS, 5, 300, 5), (S, 20, 1000, 20)]) == {
+        "pct": 0.0, "segs": 1000, "seconds": pytest.approx(1.0), "spread": 0}
+    # Half of them proven needless: half the share, and only samples where the rest grew spread.
+    j = LJ()
+    j.look(T0, 1, 0, 0, 0)
+    j.look(T0 + 250 * MS, 1, 4, 300, 4)
+    j.look(T0 + 500 * MS, 1, 8, 600, 4)
+    w = j.look(T0 + S, 1, 20, 1000, 10)
+    assert w["pct"] == pytest.approx(1.0) and w["spread"] == 2
+
+
+def test_a_d_sack_that_comes_after_its_window_was_judged_counts_nothing_below_zero():
+    j = LJ()
+    run_window(j, [(S, 10, 1000)])  # judged at 1%: the D-SACKs had not come yet
+    w = j.look(T0 + 2 * S, 1, 10, 2000, 10)  # they came: the next window is judged, at 0, not -1%
+    assert w["pct"] == 0.0 and w["segs"] == 1000 and w["spread"] == 0
+    w = j.look(T0 + 3 * S, 1, 15, 3000, 10)  # and counts from there
+    assert w["pct"] == pytest.approx(0.5) and w["spread"] == 1
+
+
+def test_another_rails_share_leaves_out_its_d_sacked_retransmissions():
+    o = LJ()
+    o.look(T0, 1, 10, 1000, 5)
+    assert o.share_for_comparison(T0 + S, retrans=14, segs=1200, dsacked=7) == pytest.approx(1.0)
+    assert o.share_for_comparison(T0 + S, retrans=14, segs=1200, dsacked=20) == 0.0
 
 
 def test_restart_makes_the_next_sample_start_a_window():
