@@ -4,8 +4,8 @@
 // slowest chunk. Such a rail is held out like a flapping one (dampening.cc): connected, probed
 // by its heartbeats, given no new chunks, and the peer told.
 //
-// Evidence: the kernel's count of retransmitted segments against data segments sent on the
-// connection (TCP_INFO), over a window of at least loss_min_segments and a second, compared with
+// Evidence: the kernel's count of retransmitted segments, less those the peer D-SACKed (they
+// lost nothing: loss_judge.h), against data segments sent on the connection (TCP_INFO), over a window of at least loss_min_segments and a second, compared with
 // the peer's best other rail (so a host whose every rail retransmits, e.g. under congestion,
 // holds none). The rail is held when its share is loss_hold_pct points above that and the
 // retransmissions came in at least kLossSpread of the window's samples: a loss that lasts, not

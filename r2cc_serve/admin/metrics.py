@@ -46,7 +46,8 @@ class R2CCCollector:
         hold = GaugeMetricFamily("r2cc_rail_hold_seconds", "time left of the host's hold on the rail, for "
                                  "flapping or loss (0: not held)", labels=labels)
         retrans = GaugeMetricFamily("r2cc_rail_retransmit_percent", "share of data segments retransmitted on the "
-                                    "rail in its last loss window (worst connection)", labels=labels)
+                                    "rail in its last loss window, less those the peer reported as duplicates "
+                                    "(worst connection)", labels=labels)
         loss_holds = CounterMetricFamily("r2cc_rail_loss_holds", "times the rail was held out for losing packets",
                                          labels=labels)
         gray = CounterMetricFamily("r2cc_rail_gray_suspects", "times the rail was set aside while the peer still "
