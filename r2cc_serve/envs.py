@@ -152,7 +152,8 @@ _knob("R2CC_OP_TIMEOUT_S", 300.0, float,
 _knob("R2CC_LOSS_HOLD_PCT", 0.5, float,
       "Lossy rails: a rail whose connection to a peer retransmits this many percentage points "
       "more of its data segments than that peer's best other rail (TCP_INFO, over a window of "
-      "at least R2CC_LOSS_MIN_SEGMENTS) is held out like a flapping one (state held, reason "
+      "at least R2CC_LOSS_MIN_SEGMENTS; retransmissions the peer reported as duplicates lost "
+      "nothing and do not count) is held out like a flapping one (state held, reason "
       "'lossy: ...'): a chunk whose last packet is lost waits for a retransmission timeout of "
       "200 ms or more. Healthy rails here retransmit under 0.02%. It stays held while its "
       "heartbeats still show loss, for R2CC_FLAP_HOLD_S doubled per new hold. 0: never.",
