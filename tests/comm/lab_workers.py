@@ -146,6 +146,22 @@ def flap_during_many(rank, world, store, count, period_ms, flaps):
         close_after_barrier(comm, store, "end", rank, world)
 
 
+def _chunk_while_rail_takes_chunks(comm, rail, within_s=5.0):
+    """(rail_stats, the peer's bulk chunk) read while `rail` is up on both sides of the read. The
+    chunk is worked out from the rails that take chunks at that instant: a rail set aside for a
+    moment (a slow verdict, its backlog not yet delivered) leaves the fast ones, whose chunk is
+    larger. A rail still not up after within_s is returned as it is, for the test to report."""
+    deadline = time.monotonic() + within_s
+    while True:
+        before = next(s for s in comm.rail_stats() if s["rail"] == rail)["state"]
+        chunk = comm.peer_stats()[0]["chunk_bytes"]
+        stats = comm.rail_stats()
+        if (before == "up" and next(s for s in stats if s["rail"] == rail)["state"] == "up") or \
+                time.monotonic() > deadline:
+            return stats, chunk
+        time.sleep(0.02)
+
+
 def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
     """Rail 1 cut to `rate`: results stay exact and the slow rail carries a small share. With
     min_s the calls go on that long, so loss detection judges a few windows of the cut rail (a rate
@@ -161,10 +177,9 @@ def degrade_shifts_load(rank, world, store, rate, min_s=0.0):
         exact, _, _ = _reduce_until(comm, world, inputs[rank], want, lambda calls, s: calls >= 3 and s >= min_s)
         after = _totals(comm)["sent_by_rail"]
         share = [a - b for a, b in zip(after, before)]
-        stats = comm.rail_stats()
+        stats, chunk = _chunk_while_rail_takes_chunks(comm, 1)
         bw = {s["rail"]: s["bandwidth_Bps"] for s in stats}
         rail1 = next(s for s in stats if s["rail"] == 1)
-        chunk = comm.peer_stats()[0]["chunk_bytes"]
         store_barrier(store, "measured", rank, world)
         if rank == 0:
             lab.fault(0, 1, "clear")

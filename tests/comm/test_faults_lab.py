@@ -77,8 +77,12 @@ def test_degraded_rail_gets_less_traffic(lab):
         # rails well below 1 Gbit/s here, so the ratio is not 20.
         fast = min(r["share"][k] for k in (0, 2, 3))
         assert r["share"][1] < fast / 2, r
-        assert r["bw"][1] < min(r["bw"][k] for k in (0, 2, 3)), r  # and it is measured as the slowest
-        assert r["bw"][1] < 2 * 50e6 / 8, r  # ... at about its rate (50mbit: 6.25 MB/s), not a multiple
+        # It is measured at about its rate (50mbit: 6.25 MB/s), not a multiple, and far below the
+        # fastest rail. Not always below every healthy one: a rail's rate is the bytes the peer
+        # acknowledged per busy second, and beside a CPU-bound job the peer's threads ack late;
+        # two healthy rails measured 4.9-5.0 MB/s there against the cut rail's 7.4.
+        assert r["bw"][1] < 2 * 50e6 / 8, r
+        assert r["bw"][1] < max(r["bw"][k] for k in (0, 2, 3)) / 4, r
         # ... so messages go in the smallest chunks: a large one would arrive last on it.
         assert r["chunk"] == envs.get("R2CC_MIN_CHUNK_BYTES"), r
 
