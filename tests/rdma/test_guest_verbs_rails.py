@@ -10,6 +10,11 @@ import json
 import pytest
 
 pytestmark = [pytest.mark.rdma, pytest.mark.slow]
+# The guest run's own limit (1800 s) and up to 900 s to build the guest the first time (kernel
+# download, 30 files compiled in it): pyproject's 300 s per test stopped a busy CI run
+# mid-build with a stack dump instead of the guest runner's own message.
+GUEST_TIMEOUT_S = 1800
+pytestmark.append(pytest.mark.timeout(GUEST_TIMEOUT_S + 900))
 
 CHECKS = {
     "test_every_collective_is_bit_exact_over_rdma_rails",
@@ -23,7 +28,7 @@ CHECKS = {
 
 
 def test_verbs_rails_in_the_guest(guest_pytest, tmp_path):
-    run = guest_pytest("tests/rdma/in_guest/test_verbs_rails.py", rails=2, timeout_s=1800)
+    run = guest_pytest("tests/rdma/in_guest/test_verbs_rails.py", rails=2, timeout_s=GUEST_TIMEOUT_S)
     print(run.result.summary())
     figures = tmp_path / "verbs_results.jsonl"
     if figures.exists():
