@@ -4,12 +4,13 @@
 // slowest chunk. Such a rail is held out like a flapping one (dampening.cc): connected, probed
 // by its heartbeats, given no new chunks, and the peer told.
 //
-// Evidence: the kernel's count of retransmitted segments, less those the peer D-SACKed (they
-// lost nothing: loss_judge.h), against data segments sent on the connection (TCP_INFO), over a window of at least loss_min_segments and a second, compared with
-// the peer's best other rail (so a host whose every rail retransmits, e.g. under congestion,
-// holds none). The rail is held when its share is loss_hold_pct points above that and the
-// retransmissions came in at least kLossSpread of the window's samples: a loss that lasts, not
-// one burst (a rate cut overflows the queue once: 0.5% of a window's segments in one sample).
+// Evidence: the kernel's count of retransmitted segments, less those the peer D-SACKed (they lost
+// nothing: loss_judge.h), against data segments sent on the connection (TCP_INFO), over a window of
+// at least loss_min_segments and a second, compared with the peer's best other rail (so a host
+// whose every rail retransmits, e.g. under congestion, holds none). The rail is held when its share
+// is loss_hold_pct points above that and the retransmissions came in at least kLossSpread of the
+// window's samples: a loss that lasts, not one burst (a rate cut overflows the queue once: 0.5% of
+// a window's segments in one sample).
 // A rail held for loss keeps being judged from its heartbeats, sent every watchdog tick while
 // so held (~250 a second: 1% loss shows in ~4 s): still lossy, its hold's quiet time starts
 // again; the hold ends when that time is up. Each new hold soon after the last one doubles, as

@@ -1,7 +1,7 @@
 // The loss verdict of one connection, as a value: the kernel's retransmission, D-SACK and
-// data-segment counts in, "hold it" out (the policy loss.cc acts on; its header says why). No sockets, no
-// clock, no lock of its own: the transport feeds it under its lock from the watchdog, and the
-// unit tests feed it plain numbers.
+// data-segment counts in, "hold it" out (the policy loss.cc acts on; its header says why). No
+// sockets, no clock, no lock of its own: the transport feeds it under its lock from the watchdog,
+// and the unit tests feed it plain numbers.
 //
 // A window runs from one judgement to the next over one socket (by the connection's epoch). It
 // is judged once it spans kWindowMinNs and carried min_segments segments (or kEnoughRetrans

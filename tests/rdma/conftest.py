@@ -17,6 +17,16 @@ IN_GUEST = "R2CC_GUEST_RAILS" in os.environ  # guest_init.sh sets it
 # In-guest modules need the rails; on the host they are run through guest_pytest, not collected.
 collect_ignore_glob = [] if IN_GUEST else ["in_guest/*"]
 
+# Up to this long to build the guest the first time (kernel download, r2cc's 30 files compiled in
+# it): the session's first guest test pays it in its set-up. pyproject's 300 s per test stopped a
+# busy CI run mid-build with a stack dump instead of the guest runner's own message.
+GUEST_BUILD_S = 900
+
+
+def guest_time_limit(guest_s: float):
+    """A guest test's pytest-timeout mark: its guest run's own limit plus the first build."""
+    return pytest.mark.timeout(guest_s + GUEST_BUILD_S)
+
 
 @pytest.fixture(scope="session")
 def guest_build():

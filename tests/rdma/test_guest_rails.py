@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.rdma, pytest.mark.slow]
-# The guest run's own limit (900 s) and up to 900 s to build the guest the first time (kernel
-# download, 30 files compiled in it): pyproject's 300 s per test stopped a busy CI run
-# mid-build with a stack dump instead of the guest runner's own message.
+from tests.rdma.conftest import guest_time_limit
+
 GUEST_TIMEOUT_S = 900
-pytestmark.append(pytest.mark.timeout(GUEST_TIMEOUT_S + 900))
+pytestmark = [pytest.mark.rdma, pytest.mark.slow, guest_time_limit(GUEST_TIMEOUT_S)]
 
 
 def test_rails_in_the_guest_are_independent(guest_pytest):

@@ -9,12 +9,10 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.rdma, pytest.mark.slow]
-# The guest run's own limit (1800 s) and up to 900 s to build the guest the first time (kernel
-# download, 30 files compiled in it): pyproject's 300 s per test stopped a busy CI run
-# mid-build with a stack dump instead of the guest runner's own message.
+from tests.rdma.conftest import guest_time_limit
+
 GUEST_TIMEOUT_S = 1800
-pytestmark.append(pytest.mark.timeout(GUEST_TIMEOUT_S + 900))
+pytestmark = [pytest.mark.rdma, pytest.mark.slow, guest_time_limit(GUEST_TIMEOUT_S)]
 
 CHECKS = {
     "test_every_collective_is_bit_exact_over_rdma_rails",
