@@ -67,7 +67,7 @@ void TransportImpl::judge_progress_locked(Peer& p, Conn& c, int64_t now, int64_t
   s.outstanding = pi.unacked > 0 || (pi.notsent_bytes > 0 && pi.snd_wnd > 0);
   s.bytes_acked = pi.bytes_acked;
   s.queued = uint64_t(std::max(0, io_->bytes_unacked(c.fd)));
-  s.window_limited = pi.snd_wnd < s.queued;
+  s.window_limited = c.progress.peer_paced(s.queued, pi.snd_wnd);
   c.progress_outstanding = s.outstanding;
   if (!c.proven && c.probe_sent_ns && !s.outstanding) {  // the probe and all before it delivered
     c.proven = true;

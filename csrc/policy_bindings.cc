@@ -182,6 +182,7 @@ void bind_progress(py::module_& m) {
            py::arg("now"), py::arg("outstanding"), py::arg("bytes_acked"), py::arg("queued") = 0,
            py::arg("window_limited") = false, py::arg("stuck_after_ns") = 60000000, py::arg("judge_from_ns") = 0,
            py::arg("ref_Bps") = 0.0)
+      .def("peer_paced", &ProgressJudge::peer_paced, py::arg("queued"), py::arg("snd_wnd"))
       .def("stuck_for_ns", &ProgressJudge::stuck_for_ns)
       .def("last_rate_Bps", &ProgressJudge::last_rate_Bps)
       .def("reset", &ProgressJudge::reset);

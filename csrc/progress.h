@@ -11,7 +11,7 @@
 //           was still not delivered after a whole window, at under 1/kSlowFactor of that rate:
 //           a link renegotiated down, a port errored into a slow mode. Chunks on it are late.
 // Neither is judged while the peer's receive window, not the path, limits us (a peer process
-// that reads slowly or stopped reading), nor across a stall of our own (judge_from_ns).
+// that reads slowly or stopped reading: peer_paced), nor across a stall of our own (judge_from_ns).
 //
 // A value type: no sockets, no clock, no lock of its own; the detector feeds it (detector.cc).
 #pragma once
@@ -32,6 +32,17 @@ class ProgressJudge {
   };
   static constexpr int64_t kSlowWindowNs = 100000000;  // a slow verdict needs a backlog this long
   static constexpr double kSlowFactor = 4;
+
+  // Whether the peer's pace, not the path's, holds our bytes back: its advertised window is
+  // smaller than what we have queued and has shrunk to under half the widest it offered on this
+  // socket, so its buffer holds bytes its process has not read. A window that never shrank is
+  // the path's pace even when it is the limit: a re-dialed socket on a crawling path keeps the
+  // receiver's first small window (it grows only as data arrives), and taking the window alone
+  // for the peer's pace hid a 2mbit crawl for seconds.
+  bool peer_paced(uint64_t queued, uint64_t snd_wnd) {
+    widest_wnd_ = std::max(widest_wnd_, snd_wnd);
+    return snd_wnd < queued && snd_wnd * 2 < widest_wnd_;
+  }
 
   Verdict look(int64_t now, const Sample& s, int64_t stuck_after_ns, int64_t judge_from_ns, double ref_Bps) {
     if (!s.outstanding) {  // everything delivered: nothing to judge, a later backlog starts afresh
@@ -83,6 +94,7 @@ class ProgressJudge {
   int64_t window_ns_ = 0;  // start of the current slow window (0: none)
   uint64_t window_acked_ = 0, window_queued_ = 0;
   double rate_Bps_ = 0;
+  uint64_t widest_wnd_ = 0;  // the widest window the peer advertised on this socket
 };
 
 }  // namespace r2cc

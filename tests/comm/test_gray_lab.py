@@ -70,15 +70,28 @@ def test_every_gray_variant_idle_and_loaded(lab, variant, load):
     _check(res, load)
 
 
-def test_rail_cut_to_a_crawl_mid_collective_sends_its_late_chunks_elsewhere(lab):
-    # 1gbit -> 10mbit: a 1 MiB window on the rail would take 0.8 s to drain. Its chunks are late:
-    # re-sent on the others, and the rail re-weighed at the rate it showed.
-    res = run_ranks(gray_workers.gray_under_load, 2, "degrade:10mbit", "bulk", 2.0, 16, OPTS, timeout=240)
+# A call that waited out the crawl instead of re-sending takes longer than this: at 10mbit the
+# 1 MiB window the rail held at the cut drains in 0.84 s; at 2mbit one 512 KiB chunk takes 2.1 s.
+WAITED_OUT_S = 0.8
+
+
+@pytest.mark.parametrize("rate", ["10mbit", "2mbit"])
+def test_rail_cut_to_a_crawl_mid_collective_sends_its_late_chunks_elsewhere(lab, rate):
+    # 1gbit -> a crawl mid-call: its chunks are late, re-sent on the others, and the rail re-weighed
+    # at the rate it showed. Its re-dialed socket crawls too, and starts with the receiver's first
+    # small window: until the judge told that from a peer that stopped reading, the chunk it took
+    # went unjudged, and at 2mbit calls waited 1-6 s for it (8 of 12 runs; 10mbit: one 0.99 s call
+    # in a CI run). At 2mbit so little crosses that the rail may be found stuck or silent first.
+    res = run_ranks(gray_workers.gray_under_load, 2, f"degrade:{rate}", "bulk", 2.0, 16, OPTS, timeout=240)
     for rank, r in enumerate(res):
         assert r["exact"], (rank, r)
         assert r["after"]["state"] == "up" and r["sent_after"] > 0, (rank, r)
-    assert sum(r["during"]["slow_suspects"] for r in res) >= 1, res
-    assert max(r["max_s"] for r in res) < 0.8, res
+        assert "Connection timed out" not in r["during"]["last_error"], (rank, r)
+    assert sum(r["counters"]["chunks_resent"] for r in res) >= 1, res
+    if rate == "10mbit":
+        assert sum(r["during"]["slow_suspects"] for r in res) >= 1, res
+    longest = max(r["max_s"] for r in res)
+    assert longest < WAITED_OUT_S, [(r["times_ms"], r["counters"], r["during"]["last_error"]) for r in res]
 
 
 def test_repeated_stops_of_the_peer_set_nothing_aside(lab):

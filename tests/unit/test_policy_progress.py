@@ -91,3 +91,29 @@ def test_reset_forgets_the_socket():
     j.reset()
     assert j.stuck_for_ns(T0 + QUIET) == 0
     assert j.look(T0 + 2 * QUIET, True, 100, stuck_after_ns=QUIET) == "moving"
+
+
+
+KB = 1024
+
+
+def test_a_window_that_never_shrank_is_the_paths_pace():
+    # A re-dialed socket on a crawling path: the receiver's first window (66-85 KB) with 900 KB
+    # queued behind it (seen with ss on a 2mbit lab rail). Its process reads all that arrives.
+    j = policy.ProgressJudge()
+    assert not j.peer_paced(queued=990 * KB, snd_wnd=66 * KB)
+    assert not j.peer_paced(queued=900 * KB, snd_wnd=85 * KB)
+    # The window offered is larger than the queue: nothing holds us back.
+    assert not j.peer_paced(queued=60 * KB, snd_wnd=85 * KB)
+
+
+def test_a_window_shrunk_to_under_half_its_widest_is_the_peers_pace():
+    # A peer whose process stopped reading: its buffer fills, the window it offers shrinks.
+    j = policy.ProgressJudge()
+    j.peer_paced(queued=10 * KB, snd_wnd=4096 * KB)
+    assert not j.peer_paced(queued=3000 * KB, snd_wnd=2048 * KB)  # half: not under it
+    assert j.peer_paced(queued=3000 * KB, snd_wnd=2048 * KB - 1)
+    assert j.peer_paced(queued=3000 * KB, snd_wnd=0)
+    # A new socket starts from its own first window.
+    j.reset()
+    assert not j.peer_paced(queued=990 * KB, snd_wnd=66 * KB)
