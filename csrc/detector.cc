@@ -90,7 +90,10 @@ void TransportImpl::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64
   const int64_t timeout_ns = ms_ns(opt_.rail_timeout_ms);
   // This process itself was held up (no CPU, or the lock): it sent nothing meanwhile, so
   // neither the peers' silence nor their kernels' silence across the stall is evidence.
-  if (QuietJudge::held_up(now, last_pass_ns_.load(), timeout_ns)) stall_end_ns_ = now;
+  if (QuietJudge::held_up(now, last_pass_ns_.load(), timeout_ns)) {
+    stall_end_ns_ = now;
+    counters_.own_stalls++;
+  }
   last_pass_ns_.store(now);
   sample_cpu_pressure(now);
   rx_readmit_locked(now);

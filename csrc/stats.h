@@ -117,6 +117,8 @@ namespace r2cc {
 //   gray_suspects  rails set aside while the peer still spoke on them: our bytes stuck or slow,
 //                  or the peer's stopped (the per-rail stuck, slow and mute counts, summed)
 //   probes         full-size probes written on rails with nothing else in flight
+//   own_stalls     watchdog passes that came over half a rail timeout late: this process was
+//                  held up (no CPU, swapped); silence and progress are judged afresh after one
 #define R2CC_COUNTERS(X)                \
   X(uint64_t, rejected_handshakes, 0)   \
   X(uint64_t, failovers, 0)             \
@@ -139,7 +141,8 @@ namespace r2cc {
   X(uint64_t, watchdog_pass_max_us, 0)  \
   X(uint64_t, caller_watchdog_passes, 0) \
   X(uint64_t, gray_suspects, 0)         \
-  X(uint64_t, probes, 0)
+  X(uint64_t, probes, 0)                \
+  X(uint64_t, own_stalls, 0)
 
 // Generators: a member with its initial value; a call f(name, member pointer) of each_field().
 #define R2CC_STATS_MEMBER(type, name, init) type name = init;

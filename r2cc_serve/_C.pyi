@@ -138,6 +138,7 @@ class Counters:
     caller_watchdog_passes: int
     gray_suspects: int
     probes: int
+    own_stalls: int
     FIELDS: ClassVar[list[str]]
     def as_dict(self) -> dict[str, int | float]: ...
 

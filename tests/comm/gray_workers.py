@@ -114,7 +114,7 @@ def gray_under_load(rank, world, store, variant, load, fault_s=2.0, mib=4, opts=
         watcher.join(5)
         out["during"] = _rail_view(comm)
         out["counters"] = {k: v for k, v in comm.counters().items() if k in ("gray_suspects", "probes", "failovers",
-                                                                           "chunks_resent", "bytes_resent")}
+                                                                           "chunks_resent", "bytes_resent", "own_stalls")}
         store_barrier(store, "measured", rank, world)
         if rank == 0:
             clear()
