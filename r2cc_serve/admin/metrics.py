@@ -74,6 +74,7 @@ class R2CCCollector:
         yield from self._freshness(snap)
         yield from self._peers(snap)
         yield from self._spins(snap)
+        yield self._own_stalls(snap)
         yield self._durations(snap)
         yield self._plans(snap)
         token = GaugeMetricFamily("r2cc_admin_token_configured", "1 if drain/failover through this admin API "
@@ -207,6 +208,23 @@ class R2CCCollector:
         for host, value in sorted(per_host.items()):
             pressure.add_metric([host], value)
         return waits, briefs, pressure
+
+    @staticmethod
+    def _own_stalls(snap):
+        """Times each rank's process was held up (no CPU, swapped) for over half a rail timeout.
+        Every group of a rank sees the same stall in its own watchdog: the most any saw, not the sum."""
+        c = CounterMetricFamily("r2cc_process_stalls", "times this rank's process was held up for over half "
+                                "a rail timeout (no CPU, swapped); rails' silence and progress are judged "
+                                "afresh after one, so a starved host detects faults later", labels=["host", "rank"])
+        most: dict[tuple[str, str], int] = {}
+        for (_, rank), st in snap.states.items():
+            n = (st.get("counters") or {}).get("own_stalls")
+            if n is not None:  # agents of older builds do not report it
+                key = (st["host"], str(rank))
+                most[key] = max(most.get(key, 0), int(n))
+        for (host, rank), n in sorted(most.items()):
+            c.add_metric([host, rank], n)
+        return c
 
     @staticmethod
     def _durations(snap):

@@ -97,3 +97,14 @@ def test_spin_waits_are_summed_per_rank_and_pressure_is_per_host():
                  'r2cc_host_cpu_pressure{host="node0"} 0.04', 'r2cc_host_cpu_pressure{host="node1"} 0.6'):
         assert want in text, (want, [l for l in text.splitlines() if "spin" in l or "pressure" in l])
     assert 'host="node2"' not in text  # an agent of an older build: no made-up zeros
+
+
+def test_process_stalls_are_the_most_any_group_of_a_rank_saw():
+    states = {("tp:0", 0): {"host": "node0", "counters": {"own_stalls": 3}},
+              ("world", 0): {"host": "node0", "counters": {"own_stalls": 5}},
+              ("tp:0", 1): {"host": "node1", "counters": {"own_stalls": 0}},
+              ("old", 2): {"host": "node2", "counters": {}}}
+    text = _text([_rail("node0", 0, "up")], states=states)
+    stalls = sorted(l for l in text.splitlines() if l.startswith("r2cc_process_stalls_total"))
+    assert stalls == ['r2cc_process_stalls_total{host="node0",rank="0"} 5.0',
+                      'r2cc_process_stalls_total{host="node1",rank="1"} 0.0'], stalls
