@@ -122,7 +122,7 @@ void TransportImpl::judge_mute_locked(Peer& p, Conn& c, int64_t now, int64_t sil
                                   int64_t freshest_rx_ns) {
   const std::string where = "rail" + std::to_string(c.rail) + " to rank " + std::to_string(p.rank);
   if (c.suspect) {
-    if (c.suspect_why == SuspectWhy::kMute && silent_ns > c.quiet.fail_after_ns())
+    if (c.suspect_why == SuspectWhy::kMute && c.quiet.mute_fails(now, silent_ns, freshest_rx_ns, p.spoke_again_ns))
       fail_conn_locked(c, c.epoch.load(), IoCause::kTimeout,
                        where + ": no bytes from the peer on it for " + std::to_string(silent_ns / 1000000) +
                            " ms while its other rails delivered (a gray failure: its data is stuck on this path)");

@@ -163,7 +163,9 @@ void bind_quiet(py::module_& m) {
            py::arg("stall_end_ns"), py::arg("quiet_ns"))
       .def_property_readonly("path_dead", &QuietJudge::path_dead)
       .def("mute", &QuietJudge::mute, py::arg("now"), py::arg("quiet_ns"), py::arg("freshest_rx_ns"),
-           py::arg("spoke_again_ns"), py::arg("pause_ns"));
+           py::arg("spoke_again_ns"), py::arg("pause_ns"))
+      .def("mute_fails", &QuietJudge::mute_fails, py::arg("now"), py::arg("silent_ns"), py::arg("freshest_rx_ns"),
+           py::arg("spoke_again_ns"));
 }
 
 void bind_progress(py::module_& m) {

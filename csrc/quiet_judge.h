@@ -89,6 +89,15 @@ class QuietJudge {
     if (now - freshest_rx_ns >= ms(p_.rail_timeout_ms) / 2) return false;
     return now - spoke_again_ns >= std::max(quiet_ns, std::min(2 * pause_ns, ms(p_.peer_silence_ms)));
   }
+  // A mute rail (set aside) fails for good when the peer's process runs (another rail spoke
+  // within half the rail timeout) and this one has been silent for the fail time, counted from
+  // no earlier than the peer's last wake-up: while the peer is stopped every rail is quiet, which
+  // is no evidence against one. (A rail set aside between two SIGSTOPs was failed in the second,
+  // "silent 807 ms while its other rails delivered", though for 300 ms of it none had.)
+  bool mute_fails(int64_t now, int64_t silent_ns, int64_t freshest_rx_ns, int64_t spoke_again_ns) const {
+    if (now - freshest_rx_ns >= ms(p_.rail_timeout_ms) / 2) return false;
+    return std::min(silent_ns, now - spoke_again_ns) > fail_after_ns();
+  }
 
  private:
   static int64_t ms(int v) { return int64_t(v) * 1000000; }

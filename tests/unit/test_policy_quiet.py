@@ -111,3 +111,17 @@ def test_no_mute_while_the_peer_catches_up_after_a_pause():
     assert q.mute(now, 60 * MS, now, now - 80 * MS, 40 * MS)
     assert not q.mute(now, 500 * MS, now, now - 500 * MS + 1, 3000 * MS)  # never under the quiet time
     assert q.mute(now, 500 * MS, now, now - 500 * MS, 3000 * MS)
+
+
+def test_a_mute_rail_fails_only_while_the_peer_runs_and_counts_from_its_wake_up():
+    q = judge()  # fail time 400 ms
+    now = T0 + 10_000 * MS
+    # Another rail spoke just now; this one silent for just over the fail time: it fails.
+    assert q.mute_fails(now, 400 * MS + 1, now, 0)
+    assert not q.mute_fails(now, 400 * MS, now, 0)
+    # The peer is stopped (every rail quiet for half a rail timeout): no verdict, however long.
+    assert not q.mute_fails(now, 5000 * MS, now - 30 * MS, 0)
+    # It woke 100 ms ago after a stop: the rail's 807 ms of silence count from the wake-up.
+    assert not q.mute_fails(now, 807 * MS, now, now - 100 * MS)
+    assert not q.mute_fails(now, 807 * MS, now, now - 400 * MS)
+    assert q.mute_fails(now, 807 * MS, now, now - 400 * MS - 1)
