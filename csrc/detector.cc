@@ -92,6 +92,10 @@ void TransportImpl::watchdog_pass_locked(std::unique_lock<std::mutex>& lk, int64
   // neither the peers' silence nor their kernels' silence across the stall is evidence.
   if (QuietJudge::held_up(now, last_pass_ns_.load(), timeout_ns)) {
     stall_end_ns_ = now;
+    // Our bytes' progress is judged only after as long again (at most the fail time): coming
+    // back, this process writes what it owes on every rail at once, and one CI run (beside a
+    // busy job) set a rail aside as stuck 60 ms after a 0.3 s SIGSTOP of ours ended.
+    progress_from_ns_ = now + std::min(now - last_pass_ns_.load(), ms_ns(opt_.peer_silence_ms));
     counters_.own_stalls++;
   }
   last_pass_ns_.store(now);
@@ -162,7 +166,7 @@ void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_
       c.quiet.judge_quiet(pi, now, c.tx_resume_ns.load(), stall_end_ns, quiet_ns);
     }
     // Heard or not: our own bytes may be stuck or crawling (gray.cc).
-    judge_progress_locked(p, c, now, stall_end_ns, hears);
+    judge_progress_locked(p, c, now, std::max(stall_end_ns, progress_from_ns_), hears);
     if (!is_connected(c.state)) continue;  // it failed for good just now
     if (c.quiet.path_dead()) {
       any_dead = true;

@@ -467,6 +467,7 @@ class TransportImpl {
   int watchdog_timer_fd_ = -1;
   std::atomic<int64_t> last_pass_ns_{0};
   int64_t stall_end_ns_ = 0;  // under mu_: when this process was last seen held up (QuietJudge::held_up)
+  int64_t progress_from_ns_ = 0;  // under mu_: our bytes' progress is not judged before this (after a stall)
 };
 
 }  // namespace r2cc

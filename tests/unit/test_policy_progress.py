@@ -117,3 +117,16 @@ def test_a_window_shrunk_to_under_half_its_widest_is_the_peers_pace():
     # A new socket starts from its own first window.
     j.reset()
     assert not j.peer_paced(queued=990 * KB, snd_wnd=66 * KB)
+
+
+def test_nothing_is_judged_before_judge_from_when_it_lies_ahead():
+    # After a stall of our own the transport sets judge_from as long again past its end (at most
+    # the fail time): neither stuck nor a slow window counts before it.
+    j = policy.ProgressJudge()
+    ahead = T0 + 300 * MS
+    assert j.look(T0, True, 100, queued=1 << 20, stuck_after_ns=QUIET, judge_from_ns=ahead, ref_Bps=REF) == "moving"
+    assert j.look(ahead, True, 100, queued=1 << 20, stuck_after_ns=QUIET, judge_from_ns=ahead, ref_Bps=REF) == "moving"
+    assert j.look(ahead + QUIET, True, 100, queued=1 << 20, stuck_after_ns=QUIET, judge_from_ns=ahead,
+                  ref_Bps=REF) == "moving"
+    assert j.look(ahead + QUIET + 1, True, 100, queued=1 << 20, stuck_after_ns=QUIET, judge_from_ns=ahead,
+                  ref_Bps=REF) == "stuck"
