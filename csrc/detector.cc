@@ -165,8 +165,9 @@ void TransportImpl::check_peer_rails_locked(Peer& p, int64_t now, int64_t stall_
     } else {
       c.quiet.judge_quiet(pi, now, c.tx_resume_ns.load(), stall_end_ns, quiet_ns);
     }
-    // Heard or not: our own bytes may be stuck or crawling (gray.cc).
-    judge_progress_locked(p, c, now, std::max(stall_end_ns, progress_from_ns_), hears);
+    // Heard or not: our own bytes may be stuck or crawling (gray.cc). Judged from
+    // progress_from_ns_, set with stall_end_ns and never before it.
+    judge_progress_locked(p, c, now, progress_from_ns_, hears);
     if (!is_connected(c.state)) continue;  // it failed for good just now
     if (c.quiet.path_dead()) {
       any_dead = true;

@@ -86,7 +86,7 @@ class QuietJudge {
   // one by one, in any order, as its threads get a CPU (the longer the pause, the more to catch
   // up; a blip of a starved host costs little detection time).
   bool mute(int64_t now, int64_t quiet_ns, int64_t freshest_rx_ns, int64_t spoke_again_ns, int64_t pause_ns) const {
-    if (now - freshest_rx_ns >= ms(p_.rail_timeout_ms) / 2) return false;
+    if (!peer_runs(now, freshest_rx_ns)) return false;
     return now - spoke_again_ns >= std::max(quiet_ns, std::min(2 * pause_ns, ms(p_.peer_silence_ms)));
   }
   // A mute rail (set aside) fails for good when the peer's process runs (another rail spoke
@@ -95,12 +95,16 @@ class QuietJudge {
   // is no evidence against one. (A rail set aside between two SIGSTOPs was failed in the second,
   // "silent 807 ms while its other rails delivered", though for 300 ms of it none had.)
   bool mute_fails(int64_t now, int64_t silent_ns, int64_t freshest_rx_ns, int64_t spoke_again_ns) const {
-    if (now - freshest_rx_ns >= ms(p_.rail_timeout_ms) / 2) return false;
+    if (!peer_runs(now, freshest_rx_ns)) return false;
     return std::min(silent_ns, now - spoke_again_ns) > fail_after_ns();
   }
 
  private:
   static int64_t ms(int v) { return int64_t(v) * 1000000; }
+  // The peer's process runs: one of its rails spoke within half the rail timeout.
+  bool peer_runs(int64_t now, int64_t freshest_rx_ns) const {
+    return now - freshest_rx_ns < ms(p_.rail_timeout_ms) / 2;
+  }
   Params p_;
   bool path_dead_ = false;  // last look: our bytes go unacknowledged by the peer's kernel
 };
