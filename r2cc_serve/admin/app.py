@@ -52,7 +52,9 @@ class AdminState:
         """A FastAPI dependency for the GET routes: what this caller may see (auth.FULL or
         auth.NO_AUDIT_DETAIL); 401 when reads need a token and the caller sent none that fits."""
 
-        def check(authorization: str | None = Header(
+        # async: FastAPI would run a plain def in its thread pool, and under load that hop (a
+        # thread to wake, the GIL to win back) was the tail of every admin read.
+        async def check(authorization: str | None = Header(
                 default=None, description="Bearer <R2CC_ADMIN_READ_TOKEN, vLLM's --api-key or the admin token>; "
                                           "needed when one of the first two is set")) -> str:
             access = read_access(authorization, self.token, self.read_tokens())
