@@ -46,6 +46,8 @@ def test_fault_mid_collective_is_bit_exact_and_recovers(lab, kind):
     assert sum(r["rail1_bytes_after"] for r in res) > 0, res  # re-admitted rail carries traffic
 
 
+@pytest.mark.slow  # ~40 s: outside the default run, in CI (-m ci)
+@pytest.mark.ci
 def test_flap_during_1000_collectives(lab):
     res = run_ranks(lab_workers.flap_during_many, 2, 1000, 300, 4, timeout=300)
     for r in res:

@@ -19,6 +19,9 @@ from tests.comm.harness import free_port
 from tests.conftest import require
 from tests.e2e.conftest import LOAD, SERVE_ARGS, striped_load
 
+# A baseline's own deployment (~1.5 min): outside the default run's budget, in CI (-m ci).
+pytestmark = [pytest.mark.slow, pytest.mark.ci]
+
 
 def _rail_tx(lab) -> list[int]:
     from r2cc_testbed.lab import netns

@@ -22,6 +22,9 @@ from r2cc_testbed.serving.outage_experiment import run_outage
 from r2cc_serve.vllm.fault_tolerance import GAVE_UP
 from tests.e2e.conftest import SERVE_ARGS
 
+# Its own deployment and an outage (~2 min): outside the default run's budget, in CI (-m ci).
+pytestmark = [pytest.mark.slow, pytest.mark.ci]
+
 HOLD_S = 8.0
 LOAD = LoadSpec(max_tokens=16, concurrency=4, request_timeout_s=120, deadline_s=240)
 
