@@ -195,7 +195,9 @@ def slow_rail_quiet_bar(rank, world, store, rate):
     those round trips, the time rail 1 may be quiet before it is suspect follows them, and
     traffic over the slow rail fails nothing over for silence. (The cut itself is a degrade
     fault: the first seconds after it may suspect the rail, as they should; and a rail this much
-    slower than its siblings may be demoted by a slow verdict, which is counted apart.)"""
+    slower than its siblings may be demoted by a slow verdict, which is counted apart; so may a
+    stuck verdict, when the peer's ACKs wait behind its own data in its shaper's queue longer
+    than the rail timeout: a verdict on progress, not silence.)"""
     lab, comm = lab_comm(rank, world, store)
     try:
         inputs, want = _warmed_up_inputs(comm, rank, world, 1 << 20)
@@ -209,6 +211,7 @@ def slow_rail_quiet_bar(rank, world, store, rate):
         store_barrier(store, "settled", rank, world)
         onset_failovers = _totals(comm)["failovers"]
         onset_slow = sum(s["slow_suspects"] for s in comm.rail_stats())
+        onset_stuck = sum(s["stuck_suspects"] for s in comm.rail_stats())
         bars, stop = {k: [] for k in range(comm.num_rails)}, threading.Event()
 
         def sample():
@@ -227,9 +230,10 @@ def slow_rail_quiet_bar(rank, world, store, rate):
         if rank == 0:
             lab.fault(0, 1, "clear")
         slow = sum(s["slow_suspects"] for s in comm.rail_stats()) - onset_slow
+        stuck = sum(s["stuck_suspects"] for s in comm.rail_stats()) - onset_stuck
         return {"exact": exact, "idle_bars": idle_bars, "max_bar": {k: max(v) for k, v in bars.items()},
                 "failovers": totals["failovers"] - onset_failovers, "onset_failovers": onset_failovers,
-                "slow_verdicts": slow, "rail1_error": next(s for s in comm.rail_stats() if s["rail"] == 1)["last_error"]}
+                "slow_verdicts": slow, "stuck_verdicts": stuck, "rail1_error": next(s for s in comm.rail_stats() if s["rail"] == 1)["last_error"]}
     finally:
         close_after_barrier(comm, store, "end", rank, world)
 

@@ -93,11 +93,16 @@ def test_slow_rail_may_be_quiet_longer_and_is_not_failed(lab):
     # 20mbit behind a tbf with a 256 KB burst queues ~100 ms: round trips that long make
     # 60 ms gaps normal, so the rail's quiet-time bar follows TCP's own estimate.
     # A rail 50x slower than its siblings may also be demoted (its late chunks re-sent, a slow
-    # verdict: gray.cc); what must not happen is a failure for silence on it.
+    # verdict: gray.cc), or set aside as stuck. The cut shapes both directions, and both ranks
+    # send: the peer's ACKs of our bytes wait behind its own data in its shaper's queue (256 KB
+    # burst + 20 ms: up to ~120 ms at 20mbit), while the kernel's round-trip estimate was learnt
+    # before that queue filled (seen at the verdict: 1.5-6 ms, 180-290 segments outstanding, no
+    # ACK for 60 ms; 2 of 15 busy-box runs). Both are verdicts on progress, and the rail is back
+    # once its bytes are delivered; what must not happen is a failure for silence on it.
     res = run_ranks(lab_workers.slow_rail_quiet_bar, 2, "20mbit", timeout=120)
     for r in res:
         assert r["exact"], r
-        assert r["failovers"] == r["slow_verdicts"], r
+        assert r["failovers"] == r["slow_verdicts"] + r["stuck_verdicts"], r
         assert abs(min(r["idle_bars"].values()) - 0.06) < 1e-9, r  # R2CC_RAIL_TIMEOUT_MS on a quick path
         assert r["max_bar"][1] > 0.12, r
         assert r["max_bar"][1] <= 0.4 + 1e-9, r  # never past R2CC_PEER_SILENCE_MS
