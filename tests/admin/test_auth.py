@@ -60,3 +60,26 @@ def test_inside_vllm_an_unreadable_token_file_disables_mutations_with_the_reason
     with TestClient(app) as client:
         r = client.post("/r2cc/v1/rails/h0/1/drain", headers={"Authorization": "Bearer anything"})
         assert r.status_code == 403 and "missing: cannot read it" in r.json()["detail"], r.text
+
+
+def test_every_admin_route_checks_tokens_on_the_event_loop():
+    # FastAPI runs a plain-def dependency in its thread pool: one more thread to wake and the GIL
+    # to win back twice per request. With two other Python threads busy, that hop took a read's
+    # p99 from ~19 to ~30 ms in a probe (uvicorn, SCHED_FIFO client); the token checks are
+    # cheap, so every dependency of the admin routes must be a coroutine.
+    import inspect
+
+    from fastapi.routing import APIRoute
+
+    from r2cc_serve.admin.app import create_app
+
+    def plain(dependant):
+        for d in dependant.dependencies:
+            if d.call is not None and not inspect.iscoroutinefunction(d.call):
+                yield d.call
+            yield from plain(d)
+
+    routes = [r for r in create_app(token="t", read_token="r").routes if isinstance(r, APIRoute)]
+    assert len(routes) > 5
+    offenders = {f"{r.path}: {getattr(c, '__qualname__', c)}" for r in routes for c in plain(r.dependant)}
+    assert not offenders, offenders
