@@ -209,7 +209,24 @@ void VerbsLink::fail(int err, const std::string& why) {
 
 std::string VerbsLink::failure() const {
   std::lock_guard<std::mutex> g(err_mu_);
+  if (err_.load() != 0 && !shut_.load() && peer_process_closed())
+    return why_ + " (and the peer's process closed its connection: it is gone)";
   return why_;
+}
+
+bool VerbsLink::peer_process_closed() const {
+  char c;
+  const ssize_t r = recv(boot_fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+int VerbsLink::error() const {
+  const int e = err_.load();
+  // Seen on a busy box: the peer was killed, and the reader (late for a CPU) found its receives
+  // flushed, the pair in error, before it looked at the bootstrap socket's end; the group was
+  // aborted as "every rail down" rather than "the peer's process is gone".
+  if (e == 0 || shut_.load() || !peer_process_closed()) return e;
+  return ECONNRESET;
 }
 
 // ---- receive side ----
@@ -267,7 +284,7 @@ ssize_t VerbsLink::read_some(void* buf, size_t n) {
   readable_ -= int64_t(copied);
   set_readable_signal(!arrived_.empty());
   if (copied) return ssize_t(copied);
-  if (const int e = err_.load()) {
+  if (const int e = error()) {
     errno = e;
     return -1;
   }
@@ -302,7 +319,7 @@ void VerbsLink::reap_sends_locked() {
 ssize_t VerbsLink::send_some(const void* a, size_t na, const void* b, size_t nb) {
   std::lock_guard<std::mutex> g(tx_mu_);
   reap_sends_locked();
-  if (const int e = err_.load()) {
+  if (const int e = error()) {
     errno = e;
     return -1;
   }

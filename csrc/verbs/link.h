@@ -72,6 +72,11 @@ class VerbsLink {
   VerbsLink(const VerbsPort& port, int boot_fd) : port_(port), boot_fd_(boot_fd) {}
   bool set_up(std::string* err);
   void fail(int err, const std::string& why);
+  // The failure as an errno (0: none). A queue pair's error says little (a flushed request
+  // only says the pair went to error); once the peer's process has closed the bootstrap socket,
+  // that is the cause reported: ECONNRESET, the host is up and the process gone.
+  int error() const;
+  bool peer_process_closed() const;  // its kernel closed or reset our bootstrap socket
   void reap_sends_locked();
   void take_receives();
   bool post_receive(int slot);
