@@ -39,7 +39,10 @@ class OutageResult:
     host: int
     hold_s: float
     injected_at: float | None = None
-    restored_at: float | None = None
+    restored_at: float | None = None   # every rail restored (the last `ip link set up` returned)
+    # The restore began: the first rail may carry traffic from here on, and a busy box took long
+    # enough over the rest that a request queued during the outage was served before restored_at.
+    restoring_at: float | None = None
     inflight: list[dict] = field(default_factory=list)   # per in-flight request: end time, how
     status: list[tuple[float, str, str]] = field(default_factory=list)  # (time, status, fault_info)
     unhealthy_at: float | None = None
@@ -158,6 +161,7 @@ def run_outage(dep, load: LoadSpec, *, host: int = 1, after_s: float = 2.0, hold
                     out.unhealthy_at = time.time()
                 time.sleep(0.1)
         finally:
+            out.restoring_at = time.time()
             held.undo()  # every rail, each on its own: a failure is reported, the others still restored
             out.restored_at = time.time()
             say(f"[outage] rails of host {host} back")
